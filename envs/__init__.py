@@ -1,0 +1,88 @@
+"""Text games as PettingZoo AEC envs, usable with PettingZoo alone.
+
+The text-game contract is written down in ``envs.base``. Games are registered by id in
+``GAMES``; ``make`` builds one by id or by dotted class path, and ``play`` runs one episode
+with a policy per agent::
+
+    from envs import make, play, RandomBot
+    env = make("kuhn_poker_v1", num_hands=3, invalid_move="retry")
+    play(env, {"player_0": RandomBot(0), "player_1": RandomBot(1)}, seed=0)
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from pettingzoo import AECEnv
+
+from .base import GameInfo, TextGameEnv, parse_move
+from .bots import BOTS, ChaosBot, RandomBot
+from .kuhn_poker import KuhnPokerEnv
+from .tictactoe import TicTacToeEnv
+
+GAMES: dict[str, type[TextGameEnv]] = {
+    cls.game_info.name: cls for cls in (TicTacToeEnv, KuhnPokerEnv)
+}
+
+Policy = Callable[[str, list[str]], str]
+
+
+def make(game_id_or_class_path: str, **kwargs: Any) -> AECEnv:
+    """Build a game from a registered id (``"tictactoe_v1"``) or a class path
+    (``"my_pkg.my_module.MyGameEnv"``, an ``AECEnv`` subclass); kwargs go to its constructor."""
+    name = game_id_or_class_path
+    if name in GAMES:
+        return GAMES[name](**kwargs)
+    known = ", ".join(sorted(GAMES))
+    module_name, _, class_name = name.rpartition(".")
+    if not module_name:
+        raise ValueError(
+            f"unknown game {name!r}: expected a registered id ({known}) or a dotted class path "
+            "like 'my_pkg.my_module.MyGameEnv'"
+        )
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(
+            f"cannot load game class {name!r} ({exc}); registered ids are: {known}"
+        ) from exc
+    if not (isinstance(cls, type) and issubclass(cls, AECEnv)):
+        raise ValueError(
+            f"{name!r} is not a pettingzoo.AECEnv subclass; registered ids are: {known}"
+        )
+    return cls(**kwargs)
+
+
+def play(env: AECEnv, policies: dict[str, Policy], seed: int | None = None) -> dict[str, float]:
+    """Run one episode from ``env.reset(seed=seed)`` and return each agent's total reward.
+
+    ``policies[agent](observation_text, legal_actions)`` returns the agent's action text;
+    bots (``RandomBot(seed).act``, or the bot itself) fit.
+    """
+    env.reset(seed=seed)
+    totals = {agent: 0.0 for agent in env.possible_agents}
+    for agent in env.agent_iter():
+        observation, reward, terminated, truncated, info = env.last()
+        totals[agent] += float(reward)
+        if terminated or truncated:
+            env.step(None)
+        else:
+            env.step(policies[agent](observation["text"], info["legal_actions"]))
+    return totals
+
+
+__all__ = [
+    "BOTS",
+    "GAMES",
+    "ChaosBot",
+    "GameInfo",
+    "KuhnPokerEnv",
+    "RandomBot",
+    "TextGameEnv",
+    "TicTacToeEnv",
+    "make",
+    "parse_move",
+    "play",
+]

@@ -1,0 +1,102 @@
+"""Tic-Tac-Toe as a text game (``tictactoe_v1``).
+
+Players: ``player_0`` plays X and moves first; ``player_1`` plays O.
+Board: 3x3 cells numbered 0..8 row-major. An empty cell is shown as its own move token, so
+a legal move is a token copied from the prompt. Observation of the agent to move::
+
+    Tic-Tac-Toe. You are O.
+    X [1] O
+    [3] [4] [5]
+    [6] X [8]
+    Legal moves: [1] [3] [4] [5] [6] [8]
+
+The other agent sees the same board with ``Waiting for player 0.`` as the last line; after
+the game the last line is ``Game over: you won (+1).`` (or lost / draw). There is no private
+information.
+Actions: free text; the move is the last ``[n]`` token (``envs.base.parse_move``), legal
+when cell n is empty.
+End and rewards: three in a row (row, column or diagonal) wins: +1 to the winner, -1 to the
+loser; a full board without a line is a draw, 0 each. At most 9 moves.
+Invalid moves: the env's ``invalid_move`` policy (forfeit, retry, random); see envs.base.
+"""
+
+from __future__ import annotations
+
+from .base import GameInfo, TextGameEnv
+
+MOVES = tuple(f"[{i}]" for i in range(9))
+MARKS = ("X", "O")
+LINES = (
+    (0, 1, 2), (3, 4, 5), (6, 7, 8),  # rows
+    (0, 3, 6), (1, 4, 7), (2, 5, 8),  # columns
+    (0, 4, 8), (2, 4, 6),  # diagonals
+)
+
+
+class TicTacToeRules:
+    """Pure Tic-Tac-Toe rules: ``board[i]`` is None, 0 (X) or 1 (O)."""
+
+    def __init__(self) -> None:
+        self.board: list[int | None] = [None] * 9
+        self.current_player = 0
+        self.winner: int | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.winner is not None or all(c is not None for c in self.board)
+
+    def legal_moves(self) -> list[str]:
+        if self.is_terminal:
+            return []
+        return [MOVES[i] for i, c in enumerate(self.board) if c is None]
+
+    def apply(self, move: str) -> None:
+        if move not in self.legal_moves():
+            raise ValueError(f"illegal move {move!r}; expected one of {self.legal_moves()}")
+        self.board[MOVES.index(move)] = self.current_player
+        if any(all(self.board[i] == self.current_player for i in line) for line in LINES):
+            self.winner = self.current_player
+        self.current_player = 1 - self.current_player
+
+    def returns(self) -> list[float]:
+        if self.winner is None:
+            return [0.0, 0.0]
+        return [1.0 if p == self.winner else -1.0 for p in (0, 1)]
+
+    def board_text(self) -> str:
+        cells = [MOVES[i] if c is None else MARKS[c] for i, c in enumerate(self.board)]
+        return "\n".join(" ".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
+
+
+class TicTacToeEnv(TextGameEnv):
+    """Tic-Tac-Toe; see the module docstring for rules and texts."""
+
+    game_info = GameInfo(
+        name="tictactoe_v1",
+        num_players=2,
+        zero_sum=True,
+        reward_range=(-1.0, 1.0),
+        max_turns=9,
+        moves=MOVES,
+    )
+    observation_max_length = 256
+
+    game: TicTacToeRules
+
+    def _new_game(self) -> TicTacToeRules:
+        return TicTacToeRules()
+
+    def _view(self, seat: int) -> str:
+        return f"Tic-Tac-Toe. You are {MARKS[seat]}.\n{self.game.board_text()}"
+
+    def _render_text(self) -> str:
+        g = self.game
+        if self.forfeited_by is not None:
+            status = f"{MARKS[self._seat[self.forfeited_by]]} forfeited (invalid move)."
+        elif g.winner is not None:
+            status = f"{MARKS[g.winner]} wins."
+        elif g.is_terminal:
+            status = "Draw."
+        else:
+            status = f"{MARKS[g.current_player]} to move."
+        return f"Tic-Tac-Toe.\n{g.board_text()}\n{status}"

@@ -1,0 +1,196 @@
+"""The arena: plays many episodes at once and turns their rollouts into a training batch.
+
+Batching across games is where the speed comes from. Every running episode is a coroutine; when
+all of them are waiting on a model, their pending requests go to the rollout worker in one
+``generate`` call (the worker splits them per policy/adapter). No polling and no threads: the
+arena counts the episodes that can still make progress, and the last one to block flushes.
+Bot seats are answered at once, without a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sp_lightning.credit import step_return
+from sp_lightning.episodes import Episode
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.types import Completion, ModelRequest, Rollout, TrainingRecord
+
+
+class _Context:
+    """The EpisodeContext the arena hands to one running episode."""
+
+    def __init__(self, arena: _Run, seed: int):
+        self._run = arena
+        self.seed = seed
+
+    async def generate(self, request: ModelRequest) -> Completion:
+        return await self._run.generate(request)
+
+    async def run(self, episode: Episode, seed: int) -> Rollout:
+        """A nested episode in the same task: the parent simply waits for it."""
+        rollout = await episode.rollout(_Context(self._run, seed))
+        rollout.level += 1
+        return rollout
+
+    async def run_many(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
+        """Nested episodes played concurrently; their model calls join the same batches."""
+        return await self._run.gather_children(episodes, seeds)
+
+
+class _Run:
+    """One call of Arena.play: the pending requests and the count of runnable episodes."""
+
+    def __init__(self, arena: Arena):
+        self.arena = arena
+        self.pending: list[tuple[ModelRequest, asyncio.Future]] = []
+        self.runnable = 0
+        self.generate_calls = 0
+
+    async def generate(self, request: ModelRequest) -> Completion:
+        if not request.policy.is_model:
+            return self.arena.bot_answer(request)
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((request, future))
+        self.runnable -= 1
+        self.maybe_flush()
+        return await future
+
+    def maybe_flush(self) -> None:
+        if self.runnable > 0 or not self.pending:
+            return
+        batch, self.pending = self.pending, []
+        self.generate_calls += 1
+        completions = self.arena.worker.generate([r for r, _ in batch], self.arena.sampling)
+        self.runnable += len(batch)
+        for (_, future), completion in zip(batch, completions):
+            future.set_result(completion)
+
+    async def play_top(self, episode: Episode, seed: int) -> Rollout:
+        try:
+            return await episode.rollout(_Context(self, seed))
+        finally:
+            self.runnable -= 1
+            self.maybe_flush()
+
+    async def gather_children(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
+        if not episodes:
+            return []
+        remaining = len(episodes)
+        self.runnable += remaining - 1  # the parent's slot passes to its children
+
+        async def child(episode: Episode, seed: int) -> Rollout:
+            nonlocal remaining
+            try:
+                rollout = await episode.rollout(_Context(self, seed))
+                rollout.level += 1
+                return rollout
+            finally:
+                remaining -= 1
+                if remaining:  # the last child hands its slot back to the waiting parent
+                    self.runnable -= 1
+                    self.maybe_flush()
+
+        return list(await asyncio.gather(*(child(e, s) for e, s in zip(episodes, seeds))))
+
+
+@dataclass
+class Batch:
+    """What the arena hands to training: records, the rollouts they came from, and metrics."""
+
+    records: list[TrainingRecord]
+    rollouts: list[Rollout]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class Arena:
+    """Registers a rollout worker and bots; plays episodes; scores, credits and batches them."""
+
+    def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, bots: dict | None = None):
+        self.worker = worker
+        self.sampling = sampling
+        self.bots = dict(bots or {})
+
+    def bot_answer(self, request: ModelRequest) -> Completion:
+        name = request.policy.name
+        if name not in self.bots:
+            raise ValueError(f"no bot named {name!r} is registered; known: {sorted(self.bots)}")
+        text = self.bots[name].act(request.messages[-1]["content"], request.legal_actions or [])
+        return Completion(text=text, policy=request.policy)
+
+    def play(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
+        """Play every episode concurrently; rubric rewards are filled in."""
+        run = _Run(self)
+        run.runnable = len(episodes)
+
+        async def main():
+            return await asyncio.gather(*(run.play_top(e, s) for e, s in zip(episodes, seeds)))
+
+        rollouts = list(asyncio.run(main()))
+        for episode, rollout in zip(episodes, rollouts):
+            episode.rubric.score(rollout)
+        self.last_generate_calls = run.generate_calls
+        return rollouts
+
+    def collect(self, episodes: Sequence[Episode], seeds: Sequence[int], credit) -> Batch:
+        """Play, score, assign credit and build the training records of one batch."""
+        start = time.perf_counter()
+        tokens_before = getattr(self.worker, "generated_tokens", 0)
+        rollouts = self.play(episodes, seeds)
+        elapsed = time.perf_counter() - start
+        credit.assign(rollouts)
+        records = to_records(rollouts)
+        metrics = rollout_metrics(episodes, rollouts)
+        generated = getattr(self.worker, "generated_tokens", 0) - tokens_before
+        metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
+        metrics["rollout/seconds"] = elapsed
+        metrics["rollout/generate_calls"] = float(self.last_generate_calls)
+        metrics["rollout/records"] = float(len(records))
+        for name, value in getattr(credit, "last_stats", {}).items():
+            metrics[f"credit/{name}"] = float(value)
+        return Batch(records=records, rollouts=rollouts, metrics=metrics)
+
+
+def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
+    """Every trainable step (of any nesting level) with an advantage becomes one record."""
+    records = []
+    for top in rollouts:
+        for rollout in top.walk():
+            for step in rollout.steps:
+                if not step.trainable or step.advantage is None:
+                    continue
+                c = step.completion
+                records.append(
+                    TrainingRecord(
+                        prompt_ids=c.prompt_ids,
+                        completion_ids=c.completion_ids,
+                        logprobs=c.logprobs,
+                        advantage=float(step.advantage),
+                        reward=step_return(rollout, step),
+                        action_mask=[1] * len(c.completion_ids),
+                        policy_version=c.policy_version,
+                    )
+                )
+    return records
+
+
+def rollout_metrics(episodes: Sequence[Episode], rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """Per episode name: the mean of every extra metric, and the mean reward per role."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    for episode, rollout in zip(episodes, rollouts):
+        for key, value in episode.get_extras(rollout).items():
+            sums[f"{rollout.episode}/{key}"].append(float(value))
+        for role, reward in rollout.rewards.items():
+            if rollout.seats.get(role) is not None and rollout.seats[role].kind == "learner":
+                sums[f"{rollout.episode}/reward/{role}"].append(reward)
+    return {key: sum(values) / len(values) for key, values in sums.items()}
+
+
+def seeded_rng(seed: int, rank: int = 0) -> random.Random:
+    """One RNG per data-parallel rank, so ranks play different games."""
+    return random.Random(seed * 1_000_003 + rank)

@@ -1,0 +1,206 @@
+"""Credit assignment: turn finished rollouts into one advantage per trainable step.
+
+A credit assigner has ``assign(rollouts) -> None``: it walks every rollout and its nested
+sub-rollouts (``rollout.walk()``) and sets ``step.advantage`` on each step whose ``trainable`` is
+True (the learner played it and produced tokens); other steps keep ``advantage=None``. Each
+assigner leaves ``last_stats`` (advantage mean and std, group or baseline counts) for logging.
+
+A step's return is :func:`step_return`: the role's episode reward from the rubric plus the
+step's own immediate reward (an invalid-move penalty lands only on the move that broke a rule).
+
+Assigners:
+
+- :class:`GRPO`: group-relative, ``(return - group mean) / group std`` (Shao et al. 2024);
+  ``normalize=False`` gives Dr. GRPO (Liu et al. 2025).
+- :class:`RAE`: role-conditioned advantage estimation with a per-(episode, role) moving-average
+  baseline (SPIRAL, Liu et al. 2025), for self-play where a role's reward is not symmetric.
+- :class:`Constant`: the return itself, no baseline (REINFORCE).
+
+Where this departs from the papers:
+
+1. Groups and baselines hold steps, not completions: in a multi-turn episode every trainable
+   step of a role is one member, so an episode where a role moved five times weighs five times
+   in its group's mean and std. GRPO has one completion per prompt.
+2. GRPO's key also splits by ``rollout.group`` (which rollouts were sampled to compete) and
+   ``rollout.level`` (hierarchy depth), so a sub-episode never shares a baseline with its parent.
+3. ``GRPO(positive_only=True)`` clamps negative advantages to 0: only better-than-group steps
+   are reinforced, nothing is pushed down (a filtered-imitation variant, not in GRPO).
+4. RAE updates its baseline once per rollout per role, with the role's episode reward (not the
+   step return), and only for roles that have a trainable step in that rollout, so a seat held
+   by a bot or a frozen checkpoint never moves the learner's baseline. The advantage uses the
+   baseline from before the update, as in SPIRAL.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from .types import Rollout, Step
+
+
+class CreditAssigner(Protocol):
+    last_stats: dict[str, float]
+
+    def assign(self, rollouts: list[Rollout]) -> None: ...
+
+
+def step_return(rollout: Rollout, step: Step) -> float:
+    """The role's episode reward from the rubric plus the step's own immediate reward."""
+    if step.role not in rollout.rewards:
+        raise KeyError(
+            f"rollout {rollout.episode!r} has no reward for role {step.role!r} "
+            f"(rewards: {rollout.rewards}); the rubric must score every role with trainable steps"
+        )
+    return float(rollout.rewards[step.role]) + float(step.reward)
+
+
+def trainable_steps(rollouts: list[Rollout]) -> Iterator[tuple[Rollout, Step]]:
+    """Every ``(rollout, step)`` with a trainable step, nested rollouts included, in order."""
+    for top in rollouts:
+        for rollout in top.walk():
+            for step in rollout.steps:
+                if step.trainable:
+                    yield rollout, step
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and population std; ``(0.0, 0.0)`` for no values."""
+    if not values:
+        return 0.0, 0.0
+    mean = sum(values) / len(values)
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+
+
+def _advantage_stats(advantages: list[float]) -> dict[str, float]:
+    mean, std = _mean_std(advantages)
+    return {"advantage_mean": mean, "advantage_std": std, "num_steps": float(len(advantages))}
+
+
+class GRPO:
+    """Group-relative advantages: ``A = (R - mean_g R) / (std_g R + eps)``.
+
+    Args:
+        normalize: divide by the group's population std (GRPO); False keeps only the mean
+            subtraction (Dr. GRPO).
+        positive_only: clamp advantages below 0 to 0, so only better-than-group steps are trained
+            on and nothing is pushed down.
+        eps: added to the std.
+        group_by: which of ``"episode"`` (the rollout's name) and ``"role"`` (the step's role)
+            split groups. ``rollout.group`` and ``rollout.level`` always split them. Drop
+            ``"role"`` to pool the roles of a symmetric game into one group.
+
+    A group of one step gets advantage 0.
+    """
+
+    FIELDS = ("episode", "role")
+
+    def __init__(
+        self,
+        normalize: bool = True,
+        positive_only: bool = False,
+        eps: float = 1e-6,
+        group_by: tuple[str, ...] = ("episode", "role"),
+    ) -> None:
+        unknown = [f for f in group_by if f not in self.FIELDS]
+        if unknown:
+            raise ValueError(f"group_by entries must be in {self.FIELDS}, got {tuple(group_by)}")
+        self.normalize = normalize
+        self.positive_only = positive_only
+        self.eps = eps
+        self.group_by = tuple(group_by)
+        self.last_stats: dict[str, float] = {}
+
+    def group_key(self, rollout: Rollout, step: Step) -> tuple:
+        """Steps with equal keys compete with each other. Override to group differently."""
+        fields = {"episode": rollout.episode, "role": step.role}
+        return (*(fields[f] for f in self.group_by), rollout.group, rollout.level)
+
+    def assign(self, rollouts: list[Rollout]) -> None:
+        groups: dict[tuple, list[tuple[Step, float]]] = defaultdict(list)
+        for rollout, step in trainable_steps(rollouts):
+            groups[self.group_key(rollout, step)].append((step, step_return(rollout, step)))
+
+        advantages = []
+        for members in groups.values():
+            mean, std = _mean_std([ret for _, ret in members])
+            for step, ret in members:
+                adv = 0.0 if len(members) == 1 else ret - mean
+                if self.normalize:
+                    adv /= std + self.eps
+                if self.positive_only:
+                    adv = max(adv, 0.0)
+                step.advantage = adv
+                advantages.append(adv)
+        self.last_stats = {**_advantage_stats(advantages), "num_groups": float(len(groups))}
+
+
+class RAE:
+    """Role-conditioned advantage estimation (SPIRAL): ``A = R - b[episode, role]``.
+
+    ``b`` is an exponential moving average of the role's episode reward, one per
+    (episode name, role), starting at 0. Rollouts are processed in order; each trainable step's
+    advantage uses the baseline before this rollout's update, then, once per rollout and role
+    with a trainable step, ``b <- decay * b + (1 - decay) * rollout.rewards[role]``.
+    """
+
+    def __init__(self, decay: float = 0.95) -> None:
+        if not 0.0 <= decay <= 1.0:
+            raise ValueError(f"decay must be in [0, 1], got {decay}")
+        self.decay = decay
+        self.baselines: dict[tuple[str, str], float] = {}
+        self.last_stats: dict[str, float] = {}
+
+    def assign(self, rollouts: list[Rollout]) -> None:
+        advantages = []
+        for top in rollouts:
+            for rollout in top.walk():
+                roles_seen = []
+                for step in rollout.steps:
+                    if not step.trainable:
+                        continue
+                    key = (rollout.episode, step.role)
+                    step.advantage = step_return(rollout, step) - self.baselines.get(key, 0.0)
+                    advantages.append(step.advantage)
+                    if step.role not in roles_seen:
+                        roles_seen.append(step.role)
+                for role in roles_seen:
+                    key = (rollout.episode, role)
+                    old = self.baselines.get(key, 0.0)
+                    reward = float(rollout.rewards[role])
+                    self.baselines[key] = self.decay * old + (1.0 - self.decay) * reward
+        self.last_stats = {
+            **_advantage_stats(advantages),
+            "num_baselines": float(len(self.baselines)),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Baselines as ``{"baselines": {episode: {role: value}}}`` (plain, picklable, a copy)."""
+        nested: dict[str, dict[str, float]] = {}
+        for (episode, role), value in self.baselines.items():
+            nested.setdefault(episode, {})[role] = value
+        return {"baselines": nested}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore baselines saved by :meth:`state_dict`; ``decay`` stays the constructor's."""
+        self.baselines = {
+            (episode, role): float(value)
+            for episode, roles in state["baselines"].items()
+            for role, value in roles.items()
+        }
+
+
+class Constant:
+    """The return itself as the advantage, no baseline (REINFORCE)."""
+
+    def __init__(self) -> None:
+        self.last_stats: dict[str, float] = {}
+
+    def assign(self, rollouts: list[Rollout]) -> None:
+        advantages = []
+        for rollout, step in trainable_steps(rollouts):
+            step.advantage = step_return(rollout, step)
+            advantages.append(step.advantage)
+        self.last_stats = _advantage_stats(advantages)

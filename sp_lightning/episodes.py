@@ -1,0 +1,134 @@
+"""Episodes: who sits in which seat, what each model is asked, when the episode ends.
+
+An Episode is a coroutine: ``rollout(ctx)`` awaits ``ctx.generate(request)`` for each model
+call, and the arena runs many episodes at once, coalescing their pending calls into batched
+generate calls. Awaiting ``ctx.run(sub_episode)`` plays a nested episode (hierarchies such as a
+proposer rewarded by solver episodes) through the same batching.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sp_lightning.rubric import Rubric
+from sp_lightning.types import Completion, ModelRequest, PolicyRef, Role, Rollout, Step
+
+
+class EpisodeContext(Protocol):
+    """What the arena gives a running episode."""
+
+    seed: int
+
+    async def generate(self, request: ModelRequest) -> Completion: ...
+
+    async def run(self, episode: Episode, seed: int) -> Rollout: ...
+
+
+class Episode(ABC):
+    """The episode protocol: rollout, rubric, get_extras, generate."""
+
+    name: str
+    roles: list[Role]
+    rubric: Rubric
+
+    @abstractmethod
+    async def rollout(self, ctx: EpisodeContext) -> Rollout:
+        """Play the episode to its end and return the Rollout (rewards are filled by the rubric)."""
+
+    async def generate(self, ctx: EpisodeContext, request: ModelRequest) -> Completion:
+        """One model call; override to post-process (e.g. retries or parsing)."""
+        return await ctx.generate(request)
+
+    def get_extras(self, rollout: Rollout) -> dict[str, float]:
+        """Metrics of this rollout for logging (averaged per episode name)."""
+        return dict(rollout.metrics)
+
+
+def chat_messages(observation: str, system_prompt: str | None) -> list[dict[str, str]]:
+    """The plain prompt template: an optional system prompt, then the observation as the user turn."""
+    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    messages.append({"role": "user", "content": observation})
+    return messages
+
+
+@dataclass
+class GameEpisode(Episode):
+    """Plays any PettingZoo AEC text game of the contract in ``envs/``, with a policy per seat.
+
+    ``seats`` maps each agent of the game to the PolicyRef that plays it: the learner in every seat
+    is mirror self-play; a bot or a league checkpoint in some seats is play against opponents.
+    """
+
+    name: str
+    env_factory: Callable[[], Any]
+    seats: dict[str, PolicyRef]
+    rubric: Rubric
+    system_prompt: str | None = None
+    max_steps: int = 200
+
+    @property
+    def roles(self) -> list[Role]:  # type: ignore[override]
+        return [Role(agent, self.system_prompt) for agent in self.seats]
+
+    async def rollout(self, ctx: EpisodeContext) -> Rollout:
+        env = self.env_factory()
+        env.reset(seed=ctx.seed)
+        outcome = {agent: 0.0 for agent in env.possible_agents}
+        steps: list[Step] = []
+        for agent in env.agent_iter(max_iter=self.max_steps):
+            observation, _, terminated, truncated, info = env.last()
+            if terminated or truncated:
+                env.step(None)
+            else:
+                legal = list(info.get("legal_actions", []))
+                request = ModelRequest(
+                    role=agent,
+                    messages=chat_messages(observation["text"], self.system_prompt),
+                    policy=self.seats[agent],
+                    legal_actions=legal,
+                )
+                completion = await self.generate(ctx, request)
+                env.step(completion.text)
+                after = env.infos.get(agent, {})
+                steps.append(
+                    Step(
+                        role=agent,
+                        completion=completion,
+                        info={
+                            "invalid_move": bool(after.get("invalid_move", False)),
+                            "parsed_move": after.get("parsed_move"),
+                            "legal_actions": legal,
+                        },
+                    )
+                )
+            for a, reward in env.rewards.items():
+                outcome[a] = outcome.get(a, 0.0) + float(reward)
+        env.close()
+        rollout = Rollout(episode=self.name, steps=steps, seats=dict(self.seats), outcome=outcome)
+        rollout.metrics = _game_metrics(rollout)
+        return rollout
+
+
+def _game_metrics(rollout: Rollout) -> dict[str, float]:
+    """Win/draw/loss, reward and invalid-move rate, from the learner's seats' point of view."""
+    metrics: dict[str, float] = {}
+    learner_seats = [a for a, p in rollout.seats.items() if p.kind == "learner"]
+    if not learner_seats:
+        return metrics
+    if len(learner_seats) < len(rollout.seats):  # against an opponent: the result of the learner
+        payoff = sum(rollout.outcome.get(a, 0.0) for a in learner_seats)
+        metrics["win"] = float(payoff > 0)
+        metrics["draw"] = float(payoff == 0)
+        metrics["loss"] = float(payoff < 0)
+        metrics["payoff"] = payoff
+    else:  # mirror self-play: a decisive game has a winner, so only the draw rate says anything
+        metrics["draw"] = float(all(v == 0 for v in rollout.outcome.values()))
+    moves = [s for s in rollout.steps if s.completion.policy.kind == "learner"]
+    if moves:
+        metrics["invalid_move_rate"] = sum(s.info.get("invalid_move", False) for s in moves) / len(moves)
+        metrics["completion_tokens"] = sum(len(s.completion.completion_ids) for s in moves) / len(moves)
+    metrics["length"] = float(len(rollout.steps))
+    return metrics

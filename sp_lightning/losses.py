@@ -1,0 +1,182 @@
+"""Policy-gradient loss for LLM self-play: a PPO clipped surrogate over completion tokens.
+
+Pure functions of tensors: no model, no trainer. Shapes: ``B`` sequences (completions), ``T``
+completion-token positions (right-padded, ``mask`` is 1 on real tokens), ``V`` vocabulary.
+
+Per token, with ``ratio = exp(logprobs - old_logprobs)`` and ``A`` the sequence's advantage::
+
+    pg_loss1 = -A * ratio
+    pg_loss2 = -A * clip(ratio, 1 - clip_low, 1 + clip_high)
+    loss_t   = max(pg_loss1, pg_loss2) + kl_coef * k3(ref_logprobs - logprobs)
+
+then aggregated over masked tokens by one of :data:`AGGREGATIONS` (see
+:func:`policy_gradient_loss`).
+
+Where this departs from the papers (PPO, Schulman et al. 2017; GRPO, Shao et al. 2024;
+Dr. GRPO, Liu et al. 2025):
+
+1. No value function and no GAE (unlike PPO): one scalar advantage per sequence, from
+   :mod:`sp_lightning.credit`, is broadcast to every token of that sequence (GRPO's outcome
+   supervision).
+2. The clip range is asymmetric, ``[1 - clip_low, 1 + clip_high]`` (DAPO's clip-higher); PPO and
+   GRPO use one symmetric epsilon. The defaults (0.2, 0.2) give back the symmetric form.
+3. The KL penalty to a reference policy is optional and off by default (``kl_coef=0``), as in
+   Dr. GRPO and DAPO; GRPO keeps it on. When on, it is GRPO's per-token k3 estimator
+   ``exp(ref - lp) - (ref - lp) - 1`` added to the per-token loss, evaluated on tokens sampled
+   from the old (behaviour) policy, so it is unbiased only on-policy, as in GRPO.
+4. Aggregation is a choice: GRPO's paper averages per sequence then over the group
+   (``"sequence_mean"``), DAPO averages over all tokens (``"token_mean"``, the default here),
+   Dr. GRPO divides the token sum by a constant (``"constant"``). Dr. GRPO's other change, no
+   division by the group's reward std, lives in ``credit.GRPO(normalize=False)``.
+5. Padding is masked before ``exp``: the log ratio and the KL argument are set to 0 where
+   ``mask`` is 0, so garbage (even ``inf``) at padded positions never reaches the loss, the
+   diagnostics or the gradients; an all-zero mask gives a loss of 0, not NaN.
+6. ``approx_kl`` is cleanrl's k3 estimate of KL(old || new), ``(ratio - 1) - log ratio``, a
+   diagnostic only; ``clip_fraction`` counts a token only when clipping changed its loss
+   (``pg_loss2 > pg_loss1``), not whenever the ratio left the range.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+AGGREGATIONS = ("token_mean", "sequence_mean", "constant")
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of ``x`` where ``mask`` is nonzero; 0 (not NaN) where nothing is masked in."""
+    mask = mask.to(x.dtype)
+    total = torch.where(mask != 0, x * mask, torch.zeros_like(x))
+    if dim is None:
+        return total.sum() / mask.sum().clamp(min=1)
+    return total.sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+def gather_logprobs(logits: Tensor, token_ids: Tensor) -> Tensor:
+    """Log-probability of each token under ``softmax(logits)``, in float32.
+
+    ``logits`` is ``(B, T, V)`` and ``token_ids`` ``(B, T)``; returns ``(B, T)``. Uses
+    ``logit[token] - logsumexp(logits)`` so no ``(B, T, V)`` log-softmax is kept; half-precision
+    logits are upcast one sequence at a time to bound the float32 copy to ``(T, V)``.
+    Divide the logits by the sampling temperature first to match the sampler's logprobs.
+    """
+    if logits.dtype in (torch.float32, torch.float64):
+        picked = logits.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1)  # (B, T)
+        return picked - torch.logsumexp(logits, dim=-1)  # (B, T)
+    rows = []
+    for row_logits, row_ids in zip(logits, token_ids):
+        row_logits = row_logits.float()  # (T, V)
+        picked = row_logits.gather(-1, row_ids.unsqueeze(-1)).squeeze(-1)  # (T,)
+        rows.append(picked - torch.logsumexp(row_logits, dim=-1))  # (T,)
+    return torch.stack(rows)  # (B, T)
+
+
+def token_entropy(logits: Tensor) -> Tensor:
+    """Entropy of ``softmax(logits)`` over the last (vocabulary) dim: ``(B, T, V) -> (B, T)``.
+
+    Computed in float32 from ``log_softmax``; vocabulary entries with ``-inf`` logits (banned
+    tokens) contribute 0, not NaN. Meant for diagnostics, so call it under ``torch.no_grad()``.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+    p = logp.exp()  # (B, T, V)
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))  # (B, T, V)
+    return -plogp.sum(-1)  # (B, T)
+
+
+def policy_gradient_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    aggregation: str = "token_mean",
+    num_tokens: int | Tensor | None = None,
+    num_sequences: int | Tensor | None = None,
+    max_length: int | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped policy-gradient loss and detached diagnostics.
+
+    Args:
+        logprobs: ``(B, T)`` current policy's logprob of each completion token (with grad).
+        old_logprobs: ``(B, T)`` behaviour policy's logprobs (the sampler's).
+        advantages: ``(B,)`` one advantage per sequence.
+        mask: ``(B, T)`` 1 on tokens to train on, 0 on padding.
+        clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``.
+        aggregation: how ``L = loss_t * mask`` (``(B, T)``) becomes a scalar:
+
+            - ``"token_mean"``: ``sum_{i,t} L / num_tokens``; ``num_tokens`` defaults to
+              ``mask.sum()``. Pass the token count over ALL micro-batches of one optimizer step
+              and summing the micro-batch losses equals the full-batch loss exactly.
+            - ``"sequence_mean"``: ``sum_i (sum_t L_i / mask_i.sum()) / num_sequences``;
+              ``num_sequences`` defaults to ``B``; a sequence with no masked tokens adds 0.
+            - ``"constant"`` (Dr. GRPO): ``sum_{i,t} L / (num_sequences * max_length)``, with
+              ``max_length`` (the generation budget) required.
+
+        num_tokens, num_sequences, max_length: denominators, see ``aggregation``.
+        ref_logprobs: ``(B, T)`` reference policy's logprobs, for the KL penalty.
+        kl_coef: weight of the per-token k3 KL penalty; needs ``ref_logprobs`` when nonzero.
+
+    Returns:
+        ``(loss, stats)``. ``stats`` values are detached scalars, each a mean over this call's
+        masked tokens whatever the aggregation and denominators (so micro-batch stats combine
+        exactly when weighted by their token counts): ``pg_loss`` (the clipped surrogate),
+        ``kl`` (the k3 estimate, before ``kl_coef``; 0 without ``ref_logprobs``),
+        ``clip_fraction`` (share of tokens where ``pg_loss2 > pg_loss1``), ``approx_kl``
+        (``(ratio - 1) - log ratio``) and ``ratio_mean``.
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    if aggregation == "constant" and (max_length is None or max_length <= 0):
+        raise ValueError(
+            f'aggregation="constant" needs max_length > 0 (the generation budget in tokens), '
+            f"got max_length={max_length!r}"
+        )
+    if kl_coef != 0.0 and ref_logprobs is None:
+        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
+
+    keep = mask != 0  # (B, T)
+    mask = mask.to(logprobs.dtype)  # (B, T)
+    zeros = torch.zeros_like(logprobs)  # (B, T)
+    log_ratio = torch.where(keep, logprobs - old_logprobs, zeros)  # (B, T)
+    ratio = log_ratio.exp()  # (B, T)
+    adv = advantages.to(logprobs.dtype).unsqueeze(-1)  # (B, 1)
+
+    pg_loss1 = -adv * ratio  # (B, T)
+    pg_loss2 = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T)
+    pg_token_loss = torch.maximum(pg_loss1, pg_loss2)  # (B, T)
+
+    def aggregate(token_loss: Tensor) -> Tensor:
+        total = token_loss * mask  # (B, T)
+        n_seq = total.shape[0] if num_sequences is None else num_sequences
+        if aggregation == "token_mean":
+            n_tok = mask.sum() if num_tokens is None else num_tokens
+            n_tok = torch.as_tensor(n_tok, device=total.device)
+            return total.sum() / n_tok.to(total.dtype).clamp(min=1)
+        if aggregation == "sequence_mean":
+            per_seq = total.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
+            return per_seq.sum() / max(n_seq, 1)
+        return total.sum() / (n_seq * max_length)
+
+    pg_loss = aggregate(pg_token_loss)
+    loss = pg_loss
+    kl_token = zeros  # (B, T)
+    if ref_logprobs is not None:
+        ref_diff = torch.where(keep, ref_logprobs - logprobs, zeros)  # (B, T)
+        kl_token = ref_diff.exp() - ref_diff - 1.0  # (B, T)
+        if kl_coef != 0.0:
+            loss = loss + kl_coef * aggregate(kl_token)
+
+    with torch.no_grad():
+        stats = {
+            "pg_loss": masked_mean(pg_token_loss.detach(), mask),
+            "kl": masked_mean(kl_token.detach(), mask),
+            "clip_fraction": masked_mean((pg_loss2 > pg_loss1).to(mask.dtype), mask),
+            "approx_kl": masked_mean((ratio - 1.0 - log_ratio).detach(), mask),
+            "ratio_mean": masked_mean(ratio.detach(), mask),
+        }
+    return loss, stats

@@ -1,0 +1,250 @@
+"""The policy factory: a Hugging Face causal LM from a name or a local directory, with LoRA.
+
+``model: tiny`` builds a small random-init Qwen2-style model and a byte-level BPE tokenizer with a
+chat template in-process, with no download, so that the default config runs on a fresh machine.
+The tiny tokenizer holds every move of the built-in games as a single token: learning a legal
+move is then "copy one token from the prompt", which a tiny model learns in minutes.
+Everything is built from a seed, so the same config rebuilds the same base weights; that is what
+lets checkpoints store only the adapter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+
+log = logging.getLogger(__name__)
+
+TINY = "tiny"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter settings (peft)."""
+
+    r: int = 8
+    """Adapter rank."""
+    alpha: int = 16
+    """Scaling numerator: the update is scaled by alpha / r."""
+    dropout: float = 0.0
+    """Dropout on the adapter's input."""
+    target_modules: list[str] | str = "all-linear"
+    """Module names to adapt, or "all-linear"."""
+    trainable_tokens: list[str] | None = None
+    """Tokens whose embedding rows train with the adapter (peft trainable_token_indices), as
+    for tokens added to a pretrained vocabulary; the entry "moves" stands for every move of the
+    registered games.
+    The base embedding stays frozen: the rows' deltas live in the adapter."""
+
+
+@dataclass
+class TinyModelSettings:
+    """The built-in random-init model (``model: tiny``)."""
+
+    hidden_size: int = 64
+    layers: int = 2
+    heads: int = 2
+    """hidden_size / heads is the head dim; keep it >= 32 so vLLM's CPU attention accepts it."""
+    intermediate_size: int = 256
+    vocab_size: int = 512
+    """Byte-level BPE vocabulary size before the move tokens and special tokens are added."""
+    max_positions: int = 1024
+    initializer_range: float = 0.2
+    """Std of the random init. With frozen tied embeddings a logit is at most about
+    |embedding row| * |normed hidden state| = initializer_range * hidden_size: with the usual 0.02
+    and hidden size 64 that is ~1.3, too small a range to make any of ~400 tokens likely, and no
+    LoRA adapter can change it (entropy stays at log vocab). 0.2 gives logits a pretrained range."""
+    seed: int = 0
+    extra_tokens: list[str] = field(default_factory=list)
+    """More strings to hold as single tokens (moves of your own game)."""
+
+
+@dataclass
+class PolicySettings:
+    """Which model plays and learns."""
+
+    model: str = TINY
+    """A Hugging Face model name, a local directory saved by save_pretrained, or "tiny"."""
+    lora: LoraSettings | None = field(default_factory=LoraSettings)
+    """LoRA settings; null trains every weight."""
+    adapter_path: str | None = None
+    """Warm start: a peft adapter directory to continue training from."""
+    tiny: TinyModelSettings = field(default_factory=TinyModelSettings)
+    dtype: str = "float32"
+    """Weights' dtype when loading a model: float32, bfloat16 or float16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward to save memory."""
+
+
+def _game_move_tokens() -> list[str]:
+    """Every move of every registered game, so that each move is one token."""
+    from envs import GAMES
+
+    moves: list[str] = []
+    for game in GAMES.values():
+        moves.extend(m for m in game.game_info.moves if m not in moves)
+    return moves
+
+
+def _tokenizer_corpus(seed: int, games: int = 60) -> list[str]:
+    """Observation texts from random games of the built-in games: the text the tiny model reads."""
+    from envs import GAMES, RandomBot
+
+    texts = ["system\nuser\nassistant\n"] * 50
+    texts.append("You are playing a game. Answer with your move in brackets, e.g. [move].")
+    bot = RandomBot(seed=seed)
+    for index, game in enumerate(GAMES.values()):
+        env = game()
+        for game_seed in range(games):
+            env.reset(seed=seed + 1000 * index + game_seed)
+            for agent in env.agent_iter():
+                obs, _, term, trunc, info = env.last()
+                texts.append(obs["text"])
+                env.step(None if term or trunc else bot.act(obs["text"], info["legal_actions"]))
+    return texts
+
+
+def build_tiny_tokenizer(settings: TinyModelSettings) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer trained in-process, with moves as single tokens and ChatML."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=settings.vocab_size,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=SPECIAL_TOKENS,
+        show_progress=False,
+    )
+    tok.train_from_iterator(_tokenizer_corpus(settings.seed), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
+    moves = _game_move_tokens() + [t for t in settings.extra_tokens if t]
+    tokenizer.add_tokens(moves)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(settings: TinyModelSettings, vocab_size: int, eos_id: int, pad_id: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=settings.hidden_size,
+        intermediate_size=settings.intermediate_size,
+        num_hidden_layers=settings.layers,
+        num_attention_heads=settings.heads,
+        num_key_value_heads=settings.heads,
+        max_position_embeddings=settings.max_positions,
+        tie_word_embeddings=True,
+        initializer_range=settings.initializer_range,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(settings.seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = eos_id
+    model.generation_config.pad_token_id = pad_id
+    return model
+
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_base(settings: PolicySettings):
+    """The base model and tokenizer, before any adapter."""
+    if settings.dtype not in _DTYPES:
+        raise ValueError(f"policy.dtype: expected one of {sorted(_DTYPES)}, got {settings.dtype!r}")
+    if settings.model == TINY:
+        tokenizer = build_tiny_tokenizer(settings.tiny)
+        model = build_tiny_model(
+            settings.tiny, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id
+        )
+        return model, tokenizer
+    source = settings.model
+    offline = os.path.isdir(source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, dtype=_DTYPES[settings.dtype], local_files_only=offline
+        )
+    except OSError as err:
+        raise ValueError(
+            f"policy.model: could not load {source!r} as a local directory or a hub model "
+            f"({err}). Pass a directory written by save_pretrained, a hub name this machine can "
+            f"download, or 'tiny' for the built-in model."
+        ) from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.chat_template is None:
+        tokenizer.chat_template = CHAT_TEMPLATE
+    return model, tokenizer
+
+
+def load_policy(settings: PolicySettings):
+    """Base model + (new or warm-started) LoRA adapter, and the tokenizer.
+
+    Returns ``(model, tokenizer)``. With LoRA, only the adapter's weights require grad; the base
+    model is the reference policy (``model.disable_adapter()``).
+    """
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    model, tokenizer = load_base(settings)
+    if settings.adapter_path is not None:
+        if not os.path.isdir(settings.adapter_path):
+            raise ValueError(
+                f"policy.adapter_path: expected a peft adapter directory, got "
+                f"{settings.adapter_path!r} (no such directory)"
+            )
+        model = PeftModel.from_pretrained(model, settings.adapter_path, is_trainable=True)
+    elif settings.lora is not None:
+        lora = settings.lora
+        token_ids = _trainable_token_ids(lora.trainable_tokens, tokenizer)
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=lora.target_modules,
+                trainable_token_indices=token_ids or None,
+                task_type="CAUSAL_LM",
+            ),
+        )
+    if settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
+    return model, tokenizer
+
+
+def _trainable_token_ids(tokens: list[str] | None, tokenizer) -> list[int]:
+    names: list[str] = []
+    for token in tokens or []:
+        names.extend(_game_move_tokens() if token == "moves" else [token])
+    ids = []
+    for name in names:
+        token_id = tokenizer.convert_tokens_to_ids(name)
+        if token_id is None or token_id == tokenizer.unk_token_id or token_id >= len(tokenizer):
+            raise ValueError(
+                f"policy.lora.trainable_tokens: {name!r} is not a single token of this tokenizer; "
+                f"add it to policy.tiny.extra_tokens (tiny model) or to the tokenizer first"
+            )
+        ids.append(token_id)
+    return ids

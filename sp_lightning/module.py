@@ -1,0 +1,251 @@
+"""SelfPlayModule: completion-token logprobs -> policy-gradient loss -> one optimizer step.
+
+Each training step takes one Batch played by the arena with the current weights, splits its
+records into micro-batches, accumulates gradients over them (the loss is normalised over the
+whole batch, so accumulation is exact), clips, and steps once. Validation plays the evaluation
+games against a fixed opponent. With LoRA, checkpoints hold only the trainable (adapter)
+weights: the base model is rebuilt from its config.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import lightning as L
+import torch
+
+from sp_lightning.losses import gather_logprobs, masked_mean, policy_gradient_loss, token_entropy
+from sp_lightning.model import PolicySettings, load_policy
+from sp_lightning.types import TrainingRecord
+
+
+@dataclass
+class LossSettings:
+    """The policy-gradient loss (see sp_lightning.losses.policy_gradient_loss)."""
+
+    clip_low: float = 0.2
+    """The ratio is clipped below at 1 - clip_low."""
+    clip_high: float = 0.2
+    """The ratio is clipped above at 1 + clip_high (raise it for DAPO's clip-higher)."""
+    aggregation: str = "token_mean"
+    """token_mean | sequence_mean | constant (Dr. GRPO; needs max_length)."""
+    max_length: int | None = None
+    """The constant normaliser of aggregation=constant, in tokens."""
+    kl_coef: float = 0.0
+    """Weight of the KL term against the base model (adapter disabled); 0 turns it off."""
+
+    def __post_init__(self):
+        choices = ("token_mean", "sequence_mean", "constant")
+        if self.aggregation not in choices:
+            raise ValueError(f"loss.aggregation: expected one of {choices}, got {self.aggregation!r}")
+        if self.aggregation == "constant" and not self.max_length:
+            raise ValueError("loss.max_length: required (> 0) when loss.aggregation is 'constant'")
+
+
+@dataclass
+class OptimizerSettings:
+    """AdamW on the trainable weights."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = 1.0
+    """Clip the gradient's global norm to this value; null disables clipping."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over this many optimizer steps."""
+
+
+@dataclass
+class TrainBatch:
+    """Collated tensors of one micro-batch. Targets are shifted by one: column j predicts token j+1."""
+
+    input_ids: torch.Tensor  # (B, T)
+    attention_mask: torch.Tensor  # (B, T)
+    loss_mask: torch.Tensor  # (B, T-1) 1 on trained completion tokens
+    old_logprobs: torch.Tensor  # (B, T-1)
+    advantages: torch.Tensor  # (B,)
+
+    def to(self, device) -> TrainBatch:
+        return TrainBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.loss_mask,
+                                                   self.old_logprobs, self.advantages)))
+
+
+def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None = None) -> TrainBatch:
+    """Right-padded prompt+completion sequences, truncated to ``max_tokens`` (no training past it)."""
+    seqs = []
+    for r in records:
+        ids = list(r.prompt_ids) + list(r.completion_ids)
+        seqs.append(ids[:max_tokens] if max_tokens else ids)
+    width = max(len(s) for s in seqs)
+    batch = len(records)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((batch, width), dtype=torch.long)
+    loss_mask = torch.zeros((batch, width - 1))
+    old_logprobs = torch.zeros((batch, width - 1))
+    for row, (r, seq) in enumerate(zip(records, seqs)):
+        input_ids[row, : len(seq)] = torch.tensor(seq)
+        attention_mask[row, : len(seq)] = 1
+        start = len(r.prompt_ids) - 1  # target column of the first completion token
+        kept = max(0, min(len(r.completion_ids), len(seq) - len(r.prompt_ids)))
+        if kept:
+            loss_mask[row, start : start + kept] = torch.tensor(r.action_mask[:kept], dtype=torch.float)
+            old_logprobs[row, start : start + kept] = torch.tensor(r.logprobs[:kept])
+    advantages = torch.tensor([r.advantage for r in records], dtype=torch.float)
+    return TrainBatch(input_ids, attention_mask, loss_mask, old_logprobs, advantages)
+
+
+class SelfPlayModule(L.LightningModule):
+    def __init__(
+        self,
+        policy: PolicySettings | None = None,
+        loss: LossSettings | None = None,
+        optimizer: OptimizerSettings | None = None,
+        micro_batch_size: int = 64,
+        max_train_tokens: int | None = None,
+    ):
+        """
+        Args:
+            policy: The model, its LoRA adapter and its tokenizer.
+            loss: The policy-gradient loss and its KL term.
+            optimizer: Learning rate, clipping and warm-up.
+            micro_batch_size: Sequences per forward/backward; gradients accumulate over a batch.
+            max_train_tokens: Prompt+completion tokens beyond this are not trained on
+                (generation may be longer); null trains on everything.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.policy_settings = policy or PolicySettings()
+        self.loss_settings = loss or LossSettings()
+        self.optim = optimizer or OptimizerSettings()
+        if micro_batch_size < 1:
+            raise ValueError(f"model.micro_batch_size: expected >= 1, got {micro_batch_size}")
+        self.micro_batch_size = micro_batch_size
+        self.max_train_tokens = max_train_tokens
+        self.automatic_optimization = False
+        self.model, self.tokenizer = load_policy(self.policy_settings)
+        self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
+        self.strict_loading = not self.uses_adapter
+        self.rollout_worker = None
+        self.eval_arena = None
+
+    def attach_rollout_worker(self, worker) -> None:
+        """Called by the DataModule: the worker whose weights follow every optimizer step."""
+        self.rollout_worker = worker
+
+    # ---- optimisation -------------------------------------------------------------------------
+    def configure_optimizers(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=tuple(self.optim.betas),
+                                weight_decay=self.optim.weight_decay)
+        warmup = max(1, self.optim.warmup_steps)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False):
+        """Logprob of every next token and the entropy of each next-token distribution."""
+        ctx = self.model.disable_adapter() if disable_adapter else torch.enable_grad()
+        with ctx:
+            logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        logits = logits[:, :-1]  # (B, T-1, V) column j predicts token j+1
+        temperature = self._sampling_temperature()
+        if temperature not in (0.0, 1.0):  # the sampler's logprobs were taken after temperature
+            logits = logits / temperature
+        return gather_logprobs(logits, batch.input_ids[:, 1:]), logits
+
+    def _sampling_temperature(self) -> float:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        return float(dm.sampling.temperature) if dm is not None else 1.0
+
+    def training_step(self, dataloader_iter):
+        batch, _, _ = next(dataloader_iter)
+        opt = self.optimizers()
+        records = batch.records
+        start = time.perf_counter()
+        if not records:  # every move came from bots or was empty: nothing to learn this step
+            self._log_rollout(batch.metrics)
+            return None
+        num_tokens = sum(sum(r.action_mask) for r in records)
+        s = self.loss_settings
+        # ---- loss over micro-batches, accumulated into one optimizer step ----
+        totals: dict[str, float] = {}
+        pad = self.tokenizer.pad_token_id
+        for i in range(0, len(records), self.micro_batch_size):
+            mb = collate(records[i : i + self.micro_batch_size], pad, self.max_train_tokens).to(self.device)
+            logprobs, logits = self.sequence_logprobs(mb)
+            ref_logprobs = None
+            if s.kl_coef > 0 and self.uses_adapter:
+                with torch.no_grad():
+                    ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True)
+            loss, diag = policy_gradient_loss(
+                logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask,
+                clip_low=s.clip_low, clip_high=s.clip_high, aggregation=s.aggregation,
+                num_tokens=num_tokens, num_sequences=len(records), max_length=s.max_length,
+                ref_logprobs=ref_logprobs, kl_coef=s.kl_coef,
+            )
+            self.manual_backward(loss)
+            weight = mb.loss_mask.sum().item() / max(num_tokens, 1)
+            with torch.no_grad():
+                diag = dict(diag, entropy=masked_mean(token_entropy(logits.detach()), mb.loss_mask))
+            for key, value in diag.items():
+                totals[key] = totals.get(key, 0.0) + weight * float(value)
+            totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
+        # ---- optimizer step ----
+        if self.optim.grad_clip:
+            grad_norm = torch.nn.utils.clip_grad_norm_(
+                [p for p in self.model.parameters() if p.requires_grad], self.optim.grad_clip
+            )
+            totals["grad_norm"] = float(grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.lr_schedulers().step()
+        if self.rollout_worker is not None:
+            self.rollout_worker.sync_weights(self.global_step)
+        # ---- logging ----
+        elapsed = time.perf_counter() - start
+        trained_tokens = sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
+        metrics = {f"train/{k}": v for k, v in totals.items()}
+        metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
+        metrics["train/records"] = float(len(records))
+        metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
+        self.log_dict(metrics, batch_size=len(records))
+        self._log_rollout(batch.metrics)
+        return None
+
+    def _log_rollout(self, metrics: dict[str, float]) -> None:
+        games = {k: v for k, v in metrics.items() if not k.startswith(("rollout/", "credit/"))}
+        self.log_dict({f"games/{k}": v for k, v in games.items()}, batch_size=1)
+        self.log_dict({k: v for k, v in metrics.items() if k.startswith(("rollout/", "credit/"))},
+                      batch_size=1, prog_bar=False)
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def validation_step(self, game, batch_idx):
+        from sp_lightning.arena import Arena
+        from sp_lightning.games import evaluate
+        from sp_lightning.rollout import SamplingSettings
+
+        dm = self.trainer.datamodule
+        sampling = dm.sampling
+        if dm.eval.temperature is not None:
+            sampling = SamplingSettings(
+                max_new_tokens=sampling.max_new_tokens, temperature=dm.eval.temperature,
+                top_p=sampling.top_p, top_k=sampling.top_k,
+            )
+        arena = Arena(dm.arena.worker, sampling, bots=dm.arena.bots)
+        overrides = {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {}
+        result = evaluate(arena, game, dm.eval.games, opponent=dm.eval.opponent, seed=dm.eval.seed,
+                          env_overrides=overrides)
+        self.log_dict(result.as_metrics(f"val/{game.name}"), batch_size=1)
+        self.print(f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}")
+
+    # ---- checkpoints: only what was trained -----------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        if not self.uses_adapter:
+            return
+        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+
+    def save_adapter(self, path: str) -> None:
+        """Write the adapter (or the whole model without LoRA) and tokenizer with save_pretrained."""
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)

@@ -1,0 +1,122 @@
+"""The records that flow from a game to an optimizer step.
+
+Token in, token out: a :class:`Completion` keeps the exact prompt and completion token ids and
+the sampler's processed logprobs, so training never re-tokenizes text. Every step records which
+policy (and which version of it) produced it, for ratings and staleness checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PolicyRef:
+    """Who plays a seat.
+
+    ``kind`` is one of ``"learner"`` (the policy being trained), ``"base"`` (the base model with
+    the adapter disabled), ``"checkpoint"`` (a saved adapter, ``name`` is its id), or ``"bot"``
+    (a scripted player such as ``random`` or ``chaos``; ``name`` is the bot's name).
+    """
+
+    kind: str
+    name: str = ""
+
+    @property
+    def is_model(self) -> bool:
+        return self.kind != "bot"
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" if self.name else self.kind
+
+
+LEARNER = PolicyRef("learner")
+
+
+@dataclass(frozen=True)
+class Role:
+    """A trainable entity: a seat in a game, a proposer, a solver. A judge is not a role."""
+
+    name: str
+    system_prompt: str | None = None
+    trainable: bool = True
+
+
+@dataclass
+class ModelRequest:
+    """One pending model call of an episode."""
+
+    role: str
+    messages: list[dict[str, str]]
+    policy: PolicyRef
+    legal_actions: list[str] | None = None  # lets bots answer without a model
+
+
+@dataclass
+class Completion:
+    """What a policy answered, with the tokens and logprobs the sampler actually used."""
+
+    text: str
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # processed (post-temperature) logprobs
+    policy: PolicyRef = LEARNER
+    policy_version: int = 0
+
+
+@dataclass
+class Step:
+    """One move of one role: the request, the completion, and what the game made of it."""
+
+    role: str
+    completion: Completion
+    reward: float = 0.0  # immediate reward from the rubric's step functions (e.g. invalid move)
+    info: dict[str, Any] = field(default_factory=dict)
+    advantage: float | None = None
+
+    @property
+    def trainable(self) -> bool:
+        """Only steps played by the learning policy with real tokens become training records."""
+        return self.completion.policy.kind == "learner" and bool(self.completion.completion_ids)
+
+
+@dataclass
+class Rollout:
+    """A finished episode: its steps, who sat where, the outcome and the rubric's rewards.
+
+    ``group`` tells credit assignment which rollouts compete with each other (GRPO groups);
+    ``level`` is the depth in a hierarchy of episodes (0 for top level).
+    """
+
+    episode: str
+    steps: list[Step] = field(default_factory=list)
+    seats: dict[str, PolicyRef] = field(default_factory=dict)
+    outcome: dict[str, float] = field(default_factory=dict)  # raw game payoffs per role
+    rewards: dict[str, float] = field(default_factory=dict)  # rubric rewards per role
+    metrics: dict[str, float] = field(default_factory=dict)
+    group: str | None = None
+    level: int = 0
+    children: list[Rollout] = field(default_factory=list)
+
+    def steps_of(self, role: str) -> list[Step]:
+        return [s for s in self.steps if s.role == role]
+
+    def walk(self):
+        """This rollout and every nested sub-rollout, depth first."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+@dataclass
+class TrainingRecord:
+    """One trainable completion, ready to collate: token ids in, advantage out."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]  # behaviour policy's logprob per completion token
+    advantage: float
+    reward: float
+    action_mask: list[int]  # 1 where a completion token is trained on
+    policy_version: int = 0

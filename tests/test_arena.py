@@ -1,0 +1,116 @@
+"""The arena: concurrent episodes, coalesced model calls, bots, nested episodes, records."""
+
+import pytest
+
+from sp_lightning.arena import Arena, to_records
+from sp_lightning.credit import Constant
+from sp_lightning.episodes import Episode, GameEpisode
+from sp_lightning.games import GameSettings
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rubric import Rubric
+from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef, Rollout, Step
+from envs import BOTS
+
+
+class ScriptedWorker(RolloutWorker):
+    """Test double: answers each request with the first legal move (or a fixed text), and
+    records every generate call so the tests can count how requests were coalesced."""
+
+    def __init__(self, answer=None):
+        self.calls: list[list[ModelRequest]] = []
+        self.answer = answer
+
+    def generate(self, requests, sampling):
+        self.calls.append(list(requests))
+        out = []
+        for r in requests:
+            text = self.answer if self.answer is not None else r.legal_actions[0]
+            out.append(Completion(text=text, prompt_ids=[1, 2], completion_ids=[3, 4], logprobs=[-0.5, -0.1],
+                                  policy=r.policy))
+        return out
+
+
+def _bots():
+    return {name: cls(seed=0) for name, cls in BOTS.items()}
+
+
+def test_mirror_games_coalesce_into_one_call_per_turn():
+    """32 Tic-Tac-Toe games where both seats take the first legal move all last 7 moves
+    (X wins on the diagonal 0-4-8... with first-legal play: X 0, O 1, X 2, O 3, X 4, O 5, X 6),
+    so the 32 pending requests of each turn go out together: 7 calls of 32 requests."""
+    game = GameSettings(id="tictactoe_v1")
+    worker = ScriptedWorker()
+    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    episodes = [game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(32)]
+    rollouts = arena.play(episodes, seeds=list(range(32)))
+    assert [len(c) for c in worker.calls] == [32] * 7
+    assert all(r.outcome == {"player_0": 1.0, "player_1": -1.0} for r in rollouts)
+    assert all(len(r.steps) == 7 for r in rollouts)
+
+
+def test_bot_seats_need_no_model_and_games_of_different_length_still_batch():
+    game = GameSettings(id="tictactoe_v1")
+    worker = ScriptedWorker()
+    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    episodes = [game.episode({"player_0": LEARNER, "player_1": PolicyRef("bot", "random")}) for _ in range(16)]
+    rollouts = arena.play(episodes, seeds=list(range(16)))
+    assert all(req.policy == LEARNER for call in worker.calls for req in call)
+    assert len(worker.calls) <= 5  # X moves at most 5 times: one call per X turn
+    assert sum(len(c) for c in worker.calls) == sum(len(r.steps_of("player_0")) for r in rollouts)
+    bot_steps = [s for r in rollouts for s in r.steps_of("player_1")]
+    assert bot_steps and not any(s.trainable for s in bot_steps)
+
+
+def test_malformed_model_output_is_an_invalid_move_not_a_crash():
+    game = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "forfeit"})
+    arena = Arena(ScriptedWorker(answer="\x00 drop table; [[[ ]"), SamplingSettings(), bots=_bots())
+    rollouts = arena.play([game.episode({"player_0": LEARNER, "player_1": LEARNER})], seeds=[0])
+    (step,) = rollouts[0].steps
+    assert step.info["invalid_move"] is True
+    assert rollouts[0].outcome["player_0"] < 0
+
+
+class _Parent(Episode):
+    """A proposer whose reward is the mean outcome of two nested games played concurrently."""
+
+    name = "parent"
+    roles = []
+    rubric = Rubric()
+
+    def __init__(self, game):
+        self.game = game
+
+    async def rollout(self, ctx):
+        completion = await ctx.generate(ModelRequest("proposer", [{"role": "user", "content": "go"}], LEARNER, ["[x]"]))
+        children = await ctx.run_many(
+            [self.game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(2)], [1, 2]
+        )
+        for child in children:
+            child.rewards = {"player_0": child.outcome["player_0"], "player_1": child.outcome["player_1"]}
+        return Rollout(episode="parent", steps=[Step("proposer", completion)],
+                       seats={"proposer": LEARNER}, outcome={"proposer": 1.0}, children=children)
+
+
+def test_nested_episodes_share_batches_and_become_records():
+    game = GameSettings(id="tictactoe_v1")
+    worker = ScriptedWorker()
+    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    rollouts = arena.play([_Parent(game), _Parent(game)], seeds=[0, 1])
+    # 2 proposer calls together, then 4 child games x 7 moves, coalesced into 7 calls of 4
+    assert [len(c) for c in worker.calls] == [2] + [4] * 7
+    assert all(child.level == 1 for r in rollouts for child in r.children)
+    Constant().assign(rollouts)
+    records = to_records(rollouts)
+    assert len(records) == 2 * (1 + 2 * 7)
+
+
+def test_unknown_bot_is_a_clear_error():
+    game = GameSettings(id="tictactoe_v1", opponents={"bot:nobody": 1.0})
+    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots())
+    with pytest.raises(ValueError, match="nobody"):
+        arena.play([game.episode({"player_0": LEARNER, "player_1": PolicyRef("bot", "nobody")})], [0])
+
+
+def test_bad_opponent_spec_names_the_key():
+    with pytest.raises(ValueError, match="opponent 'robot'"):
+        GameSettings(id="tictactoe_v1", opponents={"robot": 1.0})

@@ -1,0 +1,260 @@
+"""Hand-computed checks of the credit assigners."""
+
+import math
+
+import pytest
+
+from sp_lightning.credit import GRPO, RAE, Constant, step_return
+from sp_lightning.types import Completion, PolicyRef, Rollout, Step
+
+
+def learner(role, reward=0.0):
+    return Step(role, Completion("move", prompt_ids=[1], completion_ids=[2, 3]), reward=reward)
+
+
+def bot(role):
+    return Step(role, Completion("move", completion_ids=[2], policy=PolicyRef("bot", "random")))
+
+
+def empty(role):
+    """The learner's turn, but no tokens came back (e.g. a truncated prompt): not trainable."""
+    return Step(role, Completion("", prompt_ids=[1], completion_ids=[]))
+
+
+def rollout(rewards, steps=None, episode="ttt", **kwargs):
+    """One learner step per role in ``rewards`` unless ``steps`` is given."""
+    steps = [learner(role) for role in rewards] if steps is None else steps
+    return Rollout(episode, steps=steps, rewards=rewards, **kwargs)
+
+
+def advantages(rollouts):
+    return [s.advantage for r in rollouts for sub in r.walk() for s in sub.steps]
+
+
+def test_step_return_adds_step_reward():
+    """Episode reward 1 for x, invalid-move penalty -0.5 on one step: returns 1 and 0.5."""
+    ok, bad = learner("x"), learner("x", reward=-0.5)
+    r = rollout({"x": 1.0}, steps=[ok, bad])
+    assert step_return(r, ok) == pytest.approx(1.0)
+    assert step_return(r, bad) == pytest.approx(0.5)
+
+
+def test_step_return_names_missing_role():
+    s = learner("o")
+    with pytest.raises(KeyError, match="'o'"):
+        step_return(rollout({"x": 1.0}, steps=[s]), s)
+
+
+def test_grpo_without_normalization():
+    """Returns [2, 0, 1]: mean 1 -> advantages [1, -1, 0] (Dr. GRPO)."""
+    rs = [rollout({"x": v}) for v in (2.0, 0.0, 1.0)]
+    credit = GRPO(normalize=False)
+    credit.assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, -1.0, 0.0])
+    assert credit.last_stats["num_groups"] == 1
+    assert credit.last_stats["advantage_mean"] == pytest.approx(0.0)
+    assert credit.last_stats["advantage_std"] == pytest.approx(math.sqrt(2 / 3))
+
+
+def test_grpo_normalized():
+    """Returns [3, 1, 3, 1]: mean 2, population std sqrt((1+1+1+1)/4) = 1
+    -> advantages (R - 2) / (1 + 1e-6) = [1, -1, 1, -1].
+    """
+    rs = [rollout({"x": v}) for v in (3.0, 1.0, 3.0, 1.0)]
+    GRPO().assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, -1.0, 1.0, -1.0])
+
+
+def test_grpo_uses_step_returns():
+    """One rollout with x steps of step reward 0 and -1 (episode reward 1), another with
+    episode reward 0: returns [1, 0, 0], mean 1/3 -> [2/3, -1/3, -1/3] unnormalized.
+    """
+    rs = [
+        rollout({"x": 1.0}, steps=[learner("x"), learner("x", reward=-1.0)]),
+        rollout({"x": 0.0}),
+    ]
+    GRPO(normalize=False).assign(rs)
+    assert advantages(rs) == pytest.approx([2 / 3, -1 / 3, -1 / 3])
+
+
+def test_grpo_positive_only():
+    """Returns [3, 1, 2]: mean 2 -> [1, -1, 0] -> clamped below at 0 -> [1, 0, 0]."""
+    rs = [rollout({"x": v}) for v in (3.0, 1.0, 2.0)]
+    GRPO(normalize=False, positive_only=True).assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, 0.0, 0.0])
+
+
+def test_grpo_groups_by_role():
+    """Two games, x rewards [1, 0], o rewards [-1, 0].
+
+    By (episode, role): x mean 0.5 -> [0.5, -0.5]; o mean -0.5 -> [-0.5, 0.5].
+    Pooled roles (group_by=("episode",)): mean of [1, -1, 0, 0] is 0 -> [1, -1, 0, 0].
+    Steps are listed game by game: [x1, o1, x2, o2].
+    """
+    def make():
+        return [rollout({"x": 1.0, "o": -1.0}), rollout({"x": 0.0, "o": 0.0})]
+
+    rs = make()
+    credit = GRPO(normalize=False)
+    credit.assign(rs)
+    assert advantages(rs) == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    assert credit.last_stats["num_groups"] == 2
+    rs = make()
+    GRPO(normalize=False, group_by=("episode",)).assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, -1.0, 0.0, 0.0])
+
+
+def test_grpo_groups_by_episode_and_group():
+    """ttt x rewards [2, 0] (mean 1) -> [1, -1]; nim x rewards [5, 3] (mean 4) -> [1, -1];
+    ttt group "b" x rewards [7] alone -> 0. Mixed together they would not center at 0 per game.
+    """
+    rs = [
+        rollout({"x": 2.0}),
+        rollout({"x": 5.0}, episode="nim"),
+        rollout({"x": 0.0}),
+        rollout({"x": 3.0}, episode="nim"),
+        rollout({"x": 7.0}, group="b"),
+    ]
+    credit = GRPO(normalize=False)
+    credit.assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, 1.0, -1.0, -1.0, 0.0])
+    assert credit.last_stats["num_groups"] == 3
+
+
+def test_grpo_separates_levels():
+    """Parents (level 0) rewards [4, 2], mean 3 -> [1, -1]. Their children share the episode
+    name and role but sit at level 1, rewards [0, 10], mean 5 -> [-5, 5].
+    walk() order: parent 1, child 1, parent 2, child 2.
+    """
+    rs = [
+        rollout({"x": 4.0}, children=[rollout({"x": 0.0}, level=1)]),
+        rollout({"x": 2.0}, children=[rollout({"x": 10.0}, level=1)]),
+    ]
+    GRPO(normalize=False).assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, -5.0, -1.0, 5.0])
+
+
+def test_grpo_singleton_group_is_zero():
+    """One step alone in its group: R - mean = 0, and normalizing 0 / (0 + eps) stays 0."""
+    rs = [rollout({"x": 5.0})]
+    for credit in (GRPO(), GRPO(normalize=False), GRPO(positive_only=True)):
+        credit.assign(rs)
+        assert advantages(rs) == pytest.approx([0.0])
+
+
+def test_grpo_rejects_unknown_group_field():
+    with pytest.raises(ValueError, match="group_by"):
+        GRPO(group_by=("episode", "seat"))
+
+
+def test_grpo_group_key_is_overridable():
+    """Grouping everything together: ttt x [2], nim x [0] -> mean 1 -> [1, -1]."""
+
+    class OneGroup(GRPO):
+        def group_key(self, rollout, step):
+            return ()
+
+    rs = [rollout({"x": 2.0}), rollout({"x": 0.0}, episode="nim")]
+    OneGroup(normalize=False).assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, -1.0])
+
+
+@pytest.mark.parametrize("make_credit", [GRPO, RAE, Constant])
+def test_untrainable_steps_left_none(make_credit):
+    """Bot moves and empty completions get no advantage, and their (large) returns do not
+    enter the statistics: trainable x returns [1, 0] only -> GRPO (R - 0.5) / (0.5 + eps) =
+    [1, -1],
+    RAE [1 - 0, 0 - 0.05] (baseline 0.05 * 1 after game 1), Constant [1, 0].
+    """
+    rs = [
+        rollout({"x": 1.0, "o": 100.0}, steps=[learner("x"), bot("o"), empty("x")]),
+        rollout({"x": 0.0, "o": 100.0}, steps=[bot("o"), learner("x"), empty("o")]),
+    ]
+    credit = make_credit()
+    credit.assign(rs)
+    expected = {GRPO: [1.0, -1.0], RAE: [1.0, -0.05], Constant: [1.0, 0.0]}[make_credit]
+    got = advantages(rs)
+    assert [i for i, a in enumerate(got) if a is None] == [1, 2, 3, 5]
+    assert [got[0], got[4]] == pytest.approx(expected, rel=1e-5)
+    assert credit.last_stats["num_steps"] == 2
+
+
+def test_rae_baseline_subtracted_before_update():
+    """decay 0.5, baselines start at 0.
+
+    Batch 1, game A (x 1, o -1): A_x = 1 - 0 = 1, A_o = -1 - 0 = -1;
+      then b_x = 0.5*0 + 0.5*1 = 0.5, b_o = -0.5.
+    Batch 1, game B (x -1, o 1): A_x = -1 - 0.5 = -1.5, A_o = 1 + 0.5 = 1.5;
+      then b_x = 0.5*0.5 + 0.5*(-1) = -0.25, b_o = 0.25.
+    Batch 2, game C (x 1, o -1), two x steps with step rewards [0, -0.5]:
+      A_x = [1 + 0.25, 0.5 + 0.25] = [1.25, 0.75], A_o = -1 - 0.25 = -1.25;
+      one update per role: b_x = 0.5*(-0.25) + 0.5*1 = 0.375, b_o = 0.5*0.25 - 0.5 = -0.375.
+    """
+    credit = RAE(decay=0.5)
+    batch1 = [rollout({"x": 1.0, "o": -1.0}), rollout({"x": -1.0, "o": 1.0})]
+    credit.assign(batch1)
+    assert advantages(batch1) == pytest.approx([1.0, -1.0, -1.5, 1.5])
+    assert credit.last_stats["num_baselines"] == 2
+    batch2 = [
+        rollout(
+            {"x": 1.0, "o": -1.0},
+            steps=[learner("x"), learner("o"), learner("x", reward=-0.5)],
+        )
+    ]
+    credit.assign(batch2)
+    assert advantages(batch2) == pytest.approx([1.25, -1.25, 0.75])
+    assert credit.state_dict() == {"baselines": {"ttt": {"x": 0.375, "o": -0.375}}}
+
+
+def test_rae_baselines_per_episode_and_nested():
+    """decay 0.5. Parent "debate" (x 2) with child "judge" (x 4): both baselines 0, so A = [2, 4];
+    then b_debate = 1, b_judge = 2. Second parent (x 2) with child (x 4): A = [2 - 1, 4 - 2].
+    """
+    def make():
+        child = rollout({"x": 4.0}, episode="judge", level=1)
+        return rollout({"x": 2.0}, episode="debate", children=[child])
+
+    credit = RAE(decay=0.5)
+    rs = [make(), make()]
+    credit.assign(rs)
+    assert advantages(rs) == pytest.approx([2.0, 4.0, 1.0, 2.0])
+    assert credit.state_dict() == {"baselines": {"debate": {"x": 1.5}, "judge": {"x": 3.0}}}
+
+
+def test_rae_bot_seat_does_not_move_baseline():
+    """decay 0.5. o is a bot in game 1 (reward 10): b_o stays 0, so the learner's o in game 2
+    (reward 1) gets A = 1 - 0 = 1; only then b_o = 0.5 * 0 + 0.5 * 1 = 0.5. b_x stays 0.
+    """
+    credit = RAE(decay=0.5)
+    rs = [
+        rollout({"x": 0.0, "o": 10.0}, steps=[learner("x"), bot("o")]),
+        rollout({"x": 0.0, "o": 1.0}),
+    ]
+    credit.assign(rs)
+    assert rs[1].steps[1].advantage == pytest.approx(1.0)
+    assert credit.state_dict() == {"baselines": {"ttt": {"x": 0.0, "o": 0.5}}}
+
+
+def test_rae_state_dict_round_trip():
+    """A resumed RAE continues exactly where the saved one stopped: after game x = 1 with
+    decay 0.5, b_x = 0.5, so a next game with x = 0 gives A = -0.5 on both.
+    """
+    saved = RAE(decay=0.5)
+    saved.assign([rollout({"x": 1.0})])
+    state = saved.state_dict()
+    resumed = RAE(decay=0.5)
+    resumed.load_state_dict(state)
+    a, b = [rollout({"x": 0.0})], [rollout({"x": 0.0})]
+    saved.assign(a)
+    resumed.assign(b)
+    assert advantages(a) == advantages(b) == pytest.approx([-0.5])
+    assert state == {"baselines": {"ttt": {"x": 0.5}}}  # a copy, not changed by later updates
+
+
+def test_constant_is_the_return():
+    """Episode reward 1 plus step rewards [0, -0.5], and o's -1: advantages [1, 0.5, -1]."""
+    rs = [rollout({"x": 1.0, "o": -1.0}, steps=[learner("x"), learner("x", -0.5), learner("o")])]
+    credit = Constant()
+    credit.assign(rs)
+    assert advantages(rs) == pytest.approx([1.0, 0.5, -1.0])
+    assert credit.last_stats["advantage_mean"] == pytest.approx(0.5 / 3)
