@@ -98,6 +98,8 @@ def policy_gradient_loss(
     max_length: int | None = None,
     ref_logprobs: Tensor | None = None,
     kl_coef: float = 0.0,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped policy-gradient loss and detached diagnostics.
 
@@ -120,6 +122,10 @@ def policy_gradient_loss(
         num_tokens, num_sequences, max_length: denominators, see ``aggregation``.
         ref_logprobs: ``(B, T)`` reference policy's logprobs, for the KL penalty.
         kl_coef: weight of the per-token k3 KL penalty; needs ``ref_logprobs`` when nonzero.
+        entropy: ``(B, T)`` entropy of the policy's next-token distribution at each completion
+            token (with grad), for the entropy bonus.
+        entropy_coef: weight of the bonus: ``loss -= entropy_coef * aggregate(entropy)``;
+            needs ``entropy`` when nonzero. Anneal it to 0 (see module.LossSettings).
 
     Returns:
         ``(loss, stats)``. ``stats`` values are detached scalars, each a mean over this call's
@@ -138,6 +144,8 @@ def policy_gradient_loss(
         )
     if kl_coef != 0.0 and ref_logprobs is None:
         raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError(f"entropy_coef={entropy_coef} needs entropy; pass it or set entropy_coef=0")
 
     keep = mask != 0  # (B, T)
     mask = mask.to(logprobs.dtype)  # (B, T)
@@ -171,6 +179,9 @@ def policy_gradient_loss(
         if kl_coef != 0.0:
             loss = loss + kl_coef * aggregate(kl_token)
 
+    if entropy is not None and entropy_coef != 0.0:
+        loss = loss - entropy_coef * aggregate(entropy)
+
     with torch.no_grad():
         stats = {
             "pg_loss": masked_mean(pg_token_loss.detach(), mask),
@@ -179,4 +190,6 @@ def policy_gradient_loss(
             "approx_kl": masked_mean((ratio - 1.0 - log_ratio).detach(), mask),
             "ratio_mean": masked_mean(ratio.detach(), mask),
         }
+        if entropy is not None:
+            stats["entropy"] = masked_mean(entropy.detach(), mask)
     return loss, stats

@@ -9,13 +9,15 @@ weights: the base model is rebuilt from its config.
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass
 
 import lightning as L
 import torch
 
-from sp_lightning.losses import gather_logprobs, masked_mean, policy_gradient_loss, token_entropy
+from sp_lightning.losses import gather_logprobs, policy_gradient_loss, token_entropy
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.types import TrainingRecord
 
@@ -34,6 +36,17 @@ class LossSettings:
     """The constant normaliser of aggregation=constant, in tokens."""
     kl_coef: float = 0.0
     """Weight of the KL term against the base model (adapter disabled); 0 turns it off."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus on the completion tokens' next-token distributions."""
+    entropy_decay_steps: int | None = None
+    """Anneal entropy_coef linearly to 0 over this many optimizer steps; null keeps it constant.
+    A policy that cannot yet tell states apart collapses onto the one answer that is most often
+    right (every state alike); holding entropy up early lets it learn to read the state first."""
+
+    def entropy_coef_at(self, step: int) -> float:
+        if not self.entropy_decay_steps:
+            return self.entropy_coef
+        return self.entropy_coef * max(0.0, 1.0 - step / self.entropy_decay_steps)
 
     def __post_init__(self):
         choices = ("token_mean", "sequence_mean", "constant")
@@ -58,41 +71,52 @@ class OptimizerSettings:
 
 @dataclass
 class TrainBatch:
-    """Collated tensors of one micro-batch. Targets are shifted by one: column j predicts token j+1."""
+    """Collated tensors of one micro-batch.
 
-    input_ids: torch.Tensor  # (B, T)
-    attention_mask: torch.Tensor  # (B, T)
-    loss_mask: torch.Tensor  # (B, T-1) 1 on trained completion tokens
-    old_logprobs: torch.Tensor  # (B, T-1)
+    Sequences are LEFT-padded, so every row's completion ends at the last column and the
+    completion tensors are right-aligned in a (B, K) window, K the longest kept completion. The
+    model then computes logits for the last K+1 columns only (``logits_to_keep``): the LM head and
+    log-softmax never run over prompt positions, which are most of the tokens.
+    """
+
+    input_ids: torch.Tensor  # (B, W)
+    attention_mask: torch.Tensor  # (B, W)
+    position_ids: torch.Tensor  # (B, W) 0 at each row's first real token
+    targets: torch.Tensor  # (B, K) the last K tokens of each row
+    loss_mask: torch.Tensor  # (B, K) 1 on trained completion tokens
+    old_logprobs: torch.Tensor  # (B, K)
     advantages: torch.Tensor  # (B,)
 
     def to(self, device) -> TrainBatch:
-        return TrainBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.loss_mask,
-                                                   self.old_logprobs, self.advantages)))
+        return TrainBatch(*(getattr(self, f.name).to(device) for f in dataclasses.fields(self)))
 
 
 def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None = None) -> TrainBatch:
-    """Right-padded prompt+completion sequences, truncated to ``max_tokens`` (no training past it)."""
-    seqs = []
+    """Left-padded prompt+completion sequences, cut at ``max_tokens`` (no training past it)."""
+    seqs, kept = [], []
     for r in records:
         ids = list(r.prompt_ids) + list(r.completion_ids)
-        seqs.append(ids[:max_tokens] if max_tokens else ids)
+        if max_tokens:
+            ids = ids[:max_tokens]
+        seqs.append(ids)
+        kept.append(max(0, min(len(r.completion_ids), len(ids) - len(r.prompt_ids))))
     width = max(len(s) for s in seqs)
+    window = max(1, max(kept))
     batch = len(records)
     input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    loss_mask = torch.zeros((batch, width - 1))
-    old_logprobs = torch.zeros((batch, width - 1))
-    for row, (r, seq) in enumerate(zip(records, seqs)):
-        input_ids[row, : len(seq)] = torch.tensor(seq)
-        attention_mask[row, : len(seq)] = 1
-        start = len(r.prompt_ids) - 1  # target column of the first completion token
-        kept = max(0, min(len(r.completion_ids), len(seq) - len(r.prompt_ids)))
-        if kept:
-            loss_mask[row, start : start + kept] = torch.tensor(r.action_mask[:kept], dtype=torch.float)
-            old_logprobs[row, start : start + kept] = torch.tensor(r.logprobs[:kept])
+    loss_mask = torch.zeros((batch, window))
+    old_logprobs = torch.zeros((batch, window))
+    for row, (r, seq, k) in enumerate(zip(records, seqs, kept)):
+        input_ids[row, width - len(seq) :] = torch.tensor(seq)
+        attention_mask[row, width - len(seq) :] = 1
+        if k:
+            loss_mask[row, window - k :] = torch.tensor(r.action_mask[:k], dtype=torch.float)
+            old_logprobs[row, window - k :] = torch.tensor(r.logprobs[:k])
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     advantages = torch.tensor([r.advantage for r in records], dtype=torch.float)
-    return TrainBatch(input_ids, attention_mask, loss_mask, old_logprobs, advantages)
+    return TrainBatch(input_ids, attention_mask, position_ids, input_ids[:, width - window :],
+                      loss_mask, old_logprobs, advantages)
 
 
 class SelfPlayModule(L.LightningModule):
@@ -144,14 +168,20 @@ class SelfPlayModule(L.LightningModule):
 
     def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False):
         """Logprob of every next token and the entropy of each next-token distribution."""
-        ctx = self.model.disable_adapter() if disable_adapter else torch.enable_grad()
+        ctx = self.model.disable_adapter() if disable_adapter else nullcontext()
+        window = batch.targets.shape[1]
         with ctx:
-            logits = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-        logits = logits[:, :-1]  # (B, T-1, V) column j predicts token j+1
+            logits = self.model(
+                input_ids=batch.input_ids,
+                attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids,
+                logits_to_keep=window + 1,
+            ).logits
+        logits = logits[:, :-1]  # (B, K, V) the columns that predict the last K tokens
         temperature = self._sampling_temperature()
         if temperature not in (0.0, 1.0):  # the sampler's logprobs were taken after temperature
             logits = logits / temperature
-        return gather_logprobs(logits, batch.input_ids[:, 1:]), logits
+        return gather_logprobs(logits, batch.targets), logits
 
     def _sampling_temperature(self) -> float:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
@@ -177,16 +207,16 @@ class SelfPlayModule(L.LightningModule):
             if s.kl_coef > 0 and self.uses_adapter:
                 with torch.no_grad():
                     ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True)
+            entropy_coef = s.entropy_coef_at(self.global_step)
+            entropy = token_entropy(logits if entropy_coef else logits.detach())  # (B, K)
             loss, diag = policy_gradient_loss(
                 logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask,
                 clip_low=s.clip_low, clip_high=s.clip_high, aggregation=s.aggregation,
                 num_tokens=num_tokens, num_sequences=len(records), max_length=s.max_length,
-                ref_logprobs=ref_logprobs, kl_coef=s.kl_coef,
+                ref_logprobs=ref_logprobs, kl_coef=s.kl_coef, entropy=entropy, entropy_coef=entropy_coef,
             )
             self.manual_backward(loss)
             weight = mb.loss_mask.sum().item() / max(num_tokens, 1)
-            with torch.no_grad():
-                diag = dict(diag, entropy=masked_mean(token_entropy(logits.detach()), mb.loss_mask))
             for key, value in diag.items():
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
@@ -208,6 +238,8 @@ class SelfPlayModule(L.LightningModule):
         metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
         metrics["train/records"] = float(len(records))
         metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
+        metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
+        metrics["train/lr"] = opt.param_groups[0]["lr"]
         self.log_dict(metrics, batch_size=len(records))
         self._log_rollout(batch.metrics)
         return None

@@ -285,3 +285,24 @@ def test_token_entropy():
     """
     logits = t([[[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, LN2, -INF], [5.0, -INF, -INF, -INF]]])
     assert_close(token_entropy(logits), t([[math.log(4.0), 1.5 * LN2, 0.0]]))
+
+
+def test_entropy_bonus_is_subtracted_with_the_same_aggregation():
+    """Two tokens, advantages 0 (no policy-gradient term), entropies 1.0 and 3.0, token_mean:
+    loss = -0.5 * (1 + 3) / 2 = -1.0; the stats report the mean entropy 2.0."""
+    logprobs = torch.tensor([[-1.0, -1.0]])
+    entropy = torch.tensor([[1.0, 3.0]])
+    loss, stats = policy_gradient_loss(logprobs, logprobs, torch.tensor([0.0]), torch.ones(1, 2),
+                                       entropy=entropy, entropy_coef=0.5)
+    torch.testing.assert_close(loss, torch.tensor(-1.0))
+    torch.testing.assert_close(stats["entropy"], torch.tensor(2.0))
+    with pytest.raises(ValueError, match="entropy_coef"):
+        policy_gradient_loss(logprobs, logprobs, torch.tensor([0.0]), torch.ones(1, 2), entropy_coef=0.1)
+
+
+def test_entropy_coef_anneals_linearly_to_zero():
+    from sp_lightning.module import LossSettings
+
+    s = LossSettings(entropy_coef=0.2, entropy_decay_steps=100)
+    assert [s.entropy_coef_at(t) for t in (0, 50, 100, 150)] == pytest.approx([0.2, 0.1, 0.0, 0.0])
+    assert LossSettings(entropy_coef=0.2).entropy_coef_at(10_000) == 0.2

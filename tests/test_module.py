@@ -13,19 +13,36 @@ def _record(prompt, completion, adv=1.0):
                           advantage=adv, reward=adv, action_mask=[1] * len(completion))
 
 
-def test_collate_aligns_targets_with_completion_tokens():
-    """prompt [5, 6, 7] + completion [8, 9]: targets are input[1:] = [6, 7, 8, 9], so the
-    completion tokens sit at target columns 2 and 3."""
+def test_collate_right_aligns_completions_for_logits_to_keep():
+    """prompt [5, 6, 7] + completion [8, 9] and prompt [5] + completion [8], left-padded to 5:
+    the window K=2 holds each row's last 2 tokens; row 2's single completion token is the last."""
     batch = collate([_record([5, 6, 7], [8, 9]), _record([5], [8])], pad_id=0)
-    assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9], [5, 8, 0, 0, 0]]
-    assert batch.loss_mask.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]
-    assert batch.old_logprobs.tolist() == [[0, 0, -1, -1], [-1, 0, 0, 0]]
+    assert batch.input_ids.tolist() == [[5, 6, 7, 8, 9], [0, 0, 0, 5, 8]]
+    assert batch.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 0, 0, 0, 1]]
+    assert batch.targets.tolist() == [[8, 9], [5, 8]]
+    assert batch.loss_mask.tolist() == [[1, 1], [0, 1]]
+    assert batch.old_logprobs.tolist() == [[-1, -1], [0, -1]]
 
 
 def test_tokens_beyond_max_train_tokens_are_not_trained():
     batch = collate([_record([5, 6, 7], [8, 9, 10])], pad_id=0, max_tokens=4)
     assert batch.input_ids.tolist() == [[5, 6, 7, 8]]
-    assert batch.loss_mask.tolist() == [[0, 0, 1]]
+    assert batch.targets.tolist() == [[8]] and batch.loss_mask.tolist() == [[1]]
+
+
+def test_window_logprobs_equal_full_sequence_logprobs(tiny_policy):
+    """The logits_to_keep window gives the same logprobs as a full forward on each sequence alone."""
+    from sp_lightning.module import SelfPlayModule
+
+    module = SelfPlayModule()
+    records = [_record([5, 6, 7, 11], [8, 9]), _record([5, 12], [8])]
+    batch = collate(records, module.tokenizer.pad_token_id)
+    logprobs, _ = module.sequence_logprobs(batch)
+    for row, r in enumerate(records):
+        ids = torch.tensor([r.prompt_ids + r.completion_ids])
+        full = torch.log_softmax(module.model(input_ids=ids).logits[0, :-1].float(), -1)
+        expected = full[-len(r.completion_ids):].gather(-1, ids[0, -len(r.completion_ids):, None])[:, 0]
+        torch.testing.assert_close(logprobs[row, -len(r.completion_ids):], expected, atol=1e-5, rtol=1e-5)
 
 
 def test_one_step_changes_lora_and_leaves_the_base_alone():
@@ -53,8 +70,7 @@ def test_one_step_changes_lora_and_leaves_the_base_alone():
     assert lora_b
     after, _ = module.sequence_logprobs(batch)
     # the step moved probability from the penalised move towards the favoured one
-    col = len(prompt) - 1
-    assert after[0, col] - after[1, col] > logprobs[0, col] - logprobs[1, col]
+    assert after[0, -1] - after[1, -1] > logprobs[0, -1] - logprobs[1, -1]
 
 
 def test_loss_settings_check_the_aggregation():
