@@ -23,10 +23,20 @@ warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 warnings.filterwarnings("ignore", message=".*Your `IterableDataset` has `__len__` defined.*")
 
 
+def default_precision() -> str:
+    """bf16 autocast where the hardware has it (a CUDA GPU with bf16), full precision elsewhere."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
 class SelfPlayCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.set_defaults(
             {
+                "trainer.precision": default_precision(),
                 "trainer.max_steps": 100,
                 "trainer.check_val_every_n_epoch": None,
                 "trainer.val_check_interval": 50,
