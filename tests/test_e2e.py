@@ -13,13 +13,26 @@ CONFIGS = os.path.join(os.path.dirname(__file__), "..", "configs")
 
 
 def _args(config, root, steps, *extra):
+    """A short run: a few steps of 8 episodes, validation (4 games) and checkpoints every 2 steps.
+
+    A second --config replaces the config's callbacks so that checkpoints land in ``root``."""
+    overlay = root / "overlay.yaml"
+    monitor = "val/tictactoe_v1/win_rate" if "tictactoe" in config else "val/kuhn_poker_v1/payoff"
+    overlay.write_text(
+        "trainer:\n  callbacks:\n"
+        f"    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {root / 'ckpt'}, monitor: {monitor}, mode: max, filename: best,"
+        f" enable_version_counter: false}}\n"
+        f"    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {root / 'ckpt'}, filename: last, enable_version_counter: false}}\n"
+    )
     return [
         "--config", os.path.join(CONFIGS, config),
+        "--config", str(overlay),
         "--trainer.max_steps", str(steps),
         "--trainer.val_check_interval", "2",
         "--trainer.default_root_dir", str(root),
         "--trainer.logger.init_args.save_dir", str(root),
-        "--trainer.callbacks.init_args.dirpath", str(root / "ckpt"),
         "--data.episodes_per_batch", "8",
         "--data.eval.games", "4",
         *extra,
@@ -28,11 +41,11 @@ def _args(config, root, steps, *extra):
 
 @pytest.mark.parametrize("config", ["tictactoe_tiny.yaml", "kuhn_poker_tiny.yaml"])
 def test_fit_trains_the_adapter_saves_and_resumes(tmp_path, config):
-    main(["fit", *_args(config, tmp_path, 3)])
+    main(["fit", *_args(config, tmp_path, 4)])  # checkpoints are written at each validation
     last = tmp_path / "ckpt" / "last.ckpt"
     assert last.exists() and (tmp_path / "ckpt" / "best.ckpt").exists()
     ckpt = torch.load(last, weights_only=False)
-    assert ckpt["global_step"] == 3
+    assert ckpt["global_step"] == 4
     keys = list(ckpt["state_dict"])
     assert keys and all("lora_" in k or "trainable_tokens" in k for k in keys), "only the adapter is saved"
     assert any(v.abs().sum() > 0 for k, v in ckpt["state_dict"].items() if "lora_B" in k), "LoRA B moved from 0"
@@ -40,10 +53,10 @@ def test_fit_trains_the_adapter_saves_and_resumes(tmp_path, config):
     assert baselines, "the RAE baselines are saved with the run"
 
     # a killed run resumes from its last checkpoint: step count and credit state carry on
-    main(["fit", *_args(config, tmp_path, 5), "--ckpt_path", str(last)])
+    main(["fit", *_args(config, tmp_path, 6), "--ckpt_path", str(last)])
     resumed = torch.load(last, weights_only=False)
-    assert resumed["global_step"] == 5
-    assert resumed["SelfPlayDataModule"]["batches_played"] == 5
+    assert resumed["global_step"] == 6
+    assert resumed["SelfPlayDataModule"]["batches_played"] == 6
 
 
 def test_validate_evaluates_a_checkpoint_in_both_seats(tmp_path, capsys):
