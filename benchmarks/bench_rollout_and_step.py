@@ -1,0 +1,92 @@
+"""Where the speed comes from, measured against a baseline in the same run (tiny model, CPU).
+
+1. Rollout: 64 Tic-Tac-Toe games (learner vs RandomBot) through the arena, whose pending model
+   calls are coalesced into one generate call per turn, against the same games played with one
+   generate call per request (the baseline).
+2. Training step: logprobs of the completion tokens with the LM head only on the completion
+   window (``logits_to_keep``), against a full-sequence forward that computes logits at every
+   position (the baseline), on the same records.
+
+Prints medians of several repeats and the ratios. Run: python benchmarks/bench_rollout_and_step.py
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+
+import torch
+
+from envs import BOTS
+from sp_lightning.arena import Arena
+from sp_lightning.credit import RAE
+from sp_lightning.games import GameSettings
+from sp_lightning.losses import gather_logprobs
+from sp_lightning.module import SelfPlayModule, collate
+from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
+from sp_lightning.model import LoraSettings, PolicySettings
+
+REPEATS = 5
+
+
+class OneAtATime(HFRolloutWorker):
+    """Baseline: the same backend, but one generate call per request."""
+
+    def generate(self, requests, sampling):
+        completions = []
+        for request in requests:
+            completions.extend(super().generate([request], sampling))
+        return completions
+
+
+def median_time(fn) -> float:
+    times = []
+    for _ in range(REPEATS):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(r=16, alpha=32, trainable_tokens=["moves"])))
+    game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
+    sampling = SamplingSettings(max_new_tokens=1)
+    bots = {name: cls(seed=0) for name, cls in BOTS.items()}
+
+    def play(worker_cls):
+        arena = Arena(worker_cls(module.model, module.tokenizer), sampling, bots=bots)
+        rng = random.Random(0)
+        episodes = [game.training_episode(rng) for _ in range(64)]
+        return arena.collect(episodes, list(range(64)), RAE())
+
+    batched = median_time(lambda: play(HFRolloutWorker))
+    single = median_time(lambda: play(OneAtATime))
+    print(f"rollout, 64 games: coalesced {64 / batched:8.1f} games/s | one call per request "
+          f"{64 / single:8.1f} games/s | speed-up x{single / batched:.1f}")
+
+    records = play(HFRolloutWorker).records
+    batch = collate(records, module.tokenizer.pad_token_id)
+    tokens = int(batch.attention_mask.sum())
+
+    def window_step():
+        logprobs, _ = module.sequence_logprobs(batch)
+        logprobs.sum().backward()
+
+    def full_step():
+        logits = module.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                              position_ids=batch.position_ids).logits[:, :-1]
+        logprobs = gather_logprobs(logits, batch.input_ids[:, 1:])
+        (logprobs[:, -batch.targets.shape[1]:] * batch.loss_mask).sum().backward()
+
+    window = median_time(window_step)
+    full = median_time(full_step)
+    print(f"train fwd+bwd, {len(records)} records / {tokens} tokens: completion window "
+          f"{tokens / window:9.0f} tok/s | full-sequence logits {tokens / full:9.0f} tok/s | "
+          f"speed-up x{full / window:.1f}")
+
+
+if __name__ == "__main__":
+    main()
