@@ -151,7 +151,14 @@ class SelfPlayModule(L.LightningModule):
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.strict_loading = not self.uses_adapter
         self.rollout_worker = None
-        self.eval_arena = None
+
+    def on_fit_start(self) -> None:
+        if str(self.trainer.precision).startswith("16"):
+            raise ValueError(
+                f"trainer.precision: expected 32-true, bf16-mixed or bf16-true, got "
+                f"{self.trainer.precision!r} (fp16 needs a gradient scaler, which this module's "
+                f"manual optimisation does not run)"
+            )
 
     def attach_rollout_worker(self, worker) -> None:
         """Called by the DataModule: the worker whose weights follow every optimizer step."""
@@ -167,7 +174,9 @@ class SelfPlayModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False):
-        """Logprob of every next token and the entropy of each next-token distribution."""
+        """(logprobs, logits) of the completion window: (B, K) logprob of each target token under
+        the policy (or the base model with ``disable_adapter``) and the (B, K, V) logits behind it,
+        scaled by the sampling temperature as the sampler's were."""
         ctx = self.model.disable_adapter() if disable_adapter else nullcontext()
         window = batch.targets.shape[1]
         with ctx:

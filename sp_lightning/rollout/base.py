@@ -17,6 +17,8 @@ class SamplingSettings:
     temperature: float = 1.0
     """0 means greedy decoding."""
     top_p: float = 1.0
+    """Nucleus sampling. Training divides its logits by the temperature, as the sampler did, but
+    does not truncate them: with top_p < 1 or top_k > 0 the PPO ratio is approximate."""
     top_k: int = 0
     """0 disables top-k."""
 
