@@ -42,7 +42,7 @@ class LoraSettings:
     trainable_tokens: list[str] | None = None
     """Tokens whose embedding rows train with the adapter (peft trainable_token_indices), as
     for tokens added to a pretrained vocabulary; the entry "moves" stands for every move of the
-    registered games.
+    games of policy.tiny.games.
     The base embedding stays frozen: the rows' deltas live in the adapter."""
 
 
@@ -64,6 +64,10 @@ class TinyModelSettings:
     and hidden size 64 that is ~1.3, too small a range to make any of ~400 tokens likely, and no
     LoRA adapter can change it (entropy stays at log vocab). 0.1 (a range of ~6) trains well."""
     seed: int = 0
+    games: list[str] = field(default_factory=lambda: ["tictactoe_v1", "kuhn_poker_v1"])
+    """Games (ids or class paths) whose observations train the tokenizer and whose moves become
+    single tokens. Fixed by the config, not by what is registered, so that the same config always
+    rebuilds the same base model: adapter-only checkpoints depend on it."""
     extra_tokens: list[str] = field(default_factory=list)
     """More strings to hold as single tokens (moves of your own game)."""
 
@@ -85,26 +89,35 @@ class PolicySettings:
     """Recompute activations in backward to save memory."""
 
 
-def _game_move_tokens() -> list[str]:
-    """Every move of every registered game, so that each move is one token."""
-    from envs import GAMES
+def _game_classes(games: list[str]) -> list[type]:
+    from envs import make
 
+    classes = []
+    for game_id in games:
+        env = make(game_id)
+        classes.append(type(env))
+        env.close()
+    return classes
+
+
+def _game_move_tokens(games: list[str]) -> list[str]:
+    """Every move of the given games, so that each move is one token."""
     moves: list[str] = []
-    for game in GAMES.values():
+    for game in _game_classes(games):
         moves.extend(m for m in game.game_info.moves if m not in moves)
     return moves
 
 
-def _tokenizer_corpus(seed: int, games: int = 60) -> list[str]:
-    """Observation texts from random games of the built-in games: the text the tiny model reads."""
-    from envs import GAMES, RandomBot
+def _tokenizer_corpus(games: list[str], seed: int, episodes: int = 60) -> list[str]:
+    """Observation texts from random games of ``games``: the text the tiny model reads."""
+    from envs import RandomBot
 
     texts = ["system\nuser\nassistant\n"] * 50
     texts.append("You are playing a game. Answer with your move in brackets, e.g. [move].")
     bot = RandomBot(seed=seed)
-    for index, game in enumerate(GAMES.values()):
+    for index, game in enumerate(_game_classes(games)):
         env = game()
-        for game_seed in range(games):
+        for game_seed in range(episodes):
             env.reset(seed=seed + 1000 * index + game_seed)
             for agent in env.agent_iter():
                 obs, _, term, trunc, info = env.last()
@@ -126,14 +139,14 @@ def build_tiny_tokenizer(settings: TinyModelSettings) -> PreTrainedTokenizerFast
         special_tokens=SPECIAL_TOKENS,
         show_progress=False,
     )
-    tok.train_from_iterator(_tokenizer_corpus(settings.seed), trainer=trainer)
+    tok.train_from_iterator(_tokenizer_corpus(settings.games, settings.seed), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
     )
-    moves = _game_move_tokens() + [t for t in settings.extra_tokens if t]
+    moves = _game_move_tokens(settings.games) + [t for t in settings.extra_tokens if t]
     tokenizer.add_tokens(moves)
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
@@ -215,7 +228,7 @@ def load_policy(settings: PolicySettings):
         model = PeftModel.from_pretrained(model, settings.adapter_path, is_trainable=True)
     elif settings.lora is not None:
         lora = settings.lora
-        token_ids = _trainable_token_ids(lora.trainable_tokens, tokenizer)
+        token_ids = _trainable_token_ids(lora.trainable_tokens, tokenizer, settings.tiny.games)
         model = get_peft_model(
             model,
             LoraConfig(
@@ -234,10 +247,10 @@ def load_policy(settings: PolicySettings):
     return model, tokenizer
 
 
-def _trainable_token_ids(tokens: list[str] | None, tokenizer) -> list[int]:
+def _trainable_token_ids(tokens: list[str] | None, tokenizer, games: list[str]) -> list[int]:
     names: list[str] = []
     for token in tokens or []:
-        names.extend(_game_move_tokens() if token == "moves" else [token])
+        names.extend(_game_move_tokens(games) if token == "moves" else [token])
     ids = []
     for name in names:
         token_id = tokenizer.convert_tokens_to_ids(name)

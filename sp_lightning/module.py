@@ -10,6 +10,7 @@ weights: the base model is rebuilt from its config.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -67,6 +68,22 @@ class OptimizerSettings:
     """Clip the gradient's global norm to this value; null disables clipping."""
     warmup_steps: int = 0
     """Linear learning-rate warm-up over this many optimizer steps."""
+    schedule: str = "constant"
+    """After warm-up: "constant", or "cosine" decay to min_lr_ratio * lr at trainer.max_steps."""
+    min_lr_ratio: float = 0.1
+
+    def __post_init__(self):
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"optimizer.schedule: expected 'constant' or 'cosine', got {self.schedule!r}")
+
+    def lr_factor(self, step: int, total_steps: int) -> float:
+        """Multiplier of lr at ``step``: linear warm-up, then constant or cosine decay."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.schedule == "constant" or total_steps <= self.warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - self.warmup_steps) / (total_steps - self.warmup_steps))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 @dataclass
@@ -169,8 +186,8 @@ class SelfPlayModule(L.LightningModule):
         params = [p for p in self.model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=tuple(self.optim.betas),
                                 weight_decay=self.optim.weight_decay)
-        warmup = max(1, self.optim.warmup_steps)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / warmup))
+        total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: self.optim.lr_factor(step, total))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False):

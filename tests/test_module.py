@@ -78,3 +78,13 @@ def test_loss_settings_check_the_aggregation():
         LossSettings(aggregation="mean")
     with pytest.raises(ValueError, match="loss.max_length"):
         LossSettings(aggregation="constant")
+
+
+def test_learning_rate_schedule():
+    """warm-up 2 steps: factors 0.5, 1.0; then cosine from 1.0 to 0.1 over steps 2..12:
+    halfway (step 7) is 0.1 + 0.9 * 0.5 = 0.55, the end is 0.1."""
+    opt = OptimizerSettings(warmup_steps=2, schedule="cosine", min_lr_ratio=0.1)
+    assert [opt.lr_factor(s, 12) for s in (0, 1, 2, 7, 12, 20)] == pytest.approx([0.5, 1.0, 1.0, 0.55, 0.1, 0.1])
+    assert OptimizerSettings().lr_factor(500, 800) == 1.0
+    with pytest.raises(ValueError, match="optimizer.schedule"):
+        OptimizerSettings(schedule="linear")
