@@ -88,3 +88,34 @@ def test_learning_rate_schedule():
     assert OptimizerSettings().lr_factor(500, 800) == 1.0
     with pytest.raises(ValueError, match="optimizer.schedule"):
         OptimizerSettings(schedule="linear")
+
+
+def test_reference_logprobs_come_from_the_base_model_with_the_adapter_disabled():
+    """The KL reference: with LoRA B moved off zero the policy differs from the base, and
+    disable_adapter gives back exactly the base model's logprobs."""
+    module = SelfPlayModule()
+    batch = collate([_record([5, 6, 7, 11], [8, 9])], module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        base, _ = module.sequence_logprobs(batch)
+        for name, p in module.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+        policy, _ = module.sequence_logprobs(batch)
+        reference, _ = module.sequence_logprobs(batch, disable_adapter=True)
+    assert not torch.allclose(policy, base)
+    torch.testing.assert_close(reference, base)
+
+
+def test_gradient_checkpointing_switch_gives_the_same_gradients():
+    grads = []
+    for checkpointing in (False, True):
+        torch.manual_seed(0)  # the same LoRA init in both
+        module = SelfPlayModule(policy=PolicySettings(gradient_checkpointing=checkpointing))
+        module.model.train()
+        batch = collate([_record([5, 6, 7, 11], [8, 9]), _record([5, 12], [8])], module.tokenizer.pad_token_id)
+        logprobs, _ = module.sequence_logprobs(batch)
+        (logprobs * batch.loss_mask).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in module.model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4)
