@@ -19,11 +19,13 @@ from pettingzoo import AECEnv
 
 from .base import GameInfo, TextGameEnv, parse_move
 from .bots import BOTS, ChaosBot, RandomBot
+from .connect_four import ConnectFourEnv
 from .kuhn_poker import KuhnPokerEnv
+from .liars_dice import LiarsDiceEnv
 from .tictactoe import TicTacToeEnv
 
 GAMES: dict[str, type[TextGameEnv]] = {
-    cls.game_info.name: cls for cls in (TicTacToeEnv, KuhnPokerEnv)
+    cls.game_info.name: cls for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv)
 }
 
 Policy = Callable[[str, list[str]], str]
@@ -77,8 +79,10 @@ __all__ = [
     "BOTS",
     "GAMES",
     "ChaosBot",
+    "ConnectFourEnv",
     "GameInfo",
     "KuhnPokerEnv",
+    "LiarsDiceEnv",
     "RandomBot",
     "TextGameEnv",
     "TicTacToeEnv",

@@ -7,13 +7,13 @@ from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, 
 from envs import GAMES
 
 
-def test_tiny_preset_is_deterministic_and_holds_every_move_as_one_token():
+def test_tiny_preset_is_deterministic_and_holds_every_move_of_its_games_as_one_token():
     (m1, t1), (m2, t2) = load_base(PolicySettings()), load_base(PolicySettings())
     assert t1.get_vocab() == t2.get_vocab()
     for (n1, p1), (n2, p2) in zip(m1.state_dict().items(), m2.state_dict().items()):
         assert n1 == n2 and torch.equal(p1, p2)
-    for game in GAMES.values():
-        for move in game.game_info.moves:
+    for game_id in TinyModelSettings().games:
+        for move in GAMES[game_id].game_info.moves:
             ids = t1.encode(move, add_special_tokens=False)
             assert len(ids) == 1 and ids[0] < m1.config.vocab_size, move
 
@@ -71,3 +71,12 @@ def test_bad_model_and_dtype_name_the_key(tmp_path):
         load_policy(PolicySettings(dtype="float8"))
     with pytest.raises(ValueError, match="policy.adapter_path"):
         load_policy(PolicySettings(adapter_path=str(tmp_path / "missing")))
+
+
+def test_tiny_tokenizer_depends_on_its_config_not_on_the_registry(monkeypatch):
+    """Registering a new game must not change the tiny base that adapter checkpoints rely on."""
+    import envs
+
+    before = load_base(PolicySettings())[1].get_vocab()
+    monkeypatch.setitem(envs.GAMES, "copy_of_kuhn_v9", envs.GAMES["kuhn_poker_v1"])
+    assert load_base(PolicySettings())[1].get_vocab() == before
