@@ -21,11 +21,14 @@ from .base import GameInfo, TextGameEnv, parse_move
 from .bots import BOTS, ChaosBot, RandomBot
 from .connect_four import ConnectFourEnv
 from .kuhn_poker import KuhnPokerEnv
+from .kuhn_poker_3p import KuhnPoker3Env
 from .liars_dice import LiarsDiceEnv
+from .negotiation import SimpleNegotiationEnv
 from .tictactoe import TicTacToeEnv
 
 GAMES: dict[str, type[TextGameEnv]] = {
-    cls.game_info.name: cls for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv)
+    cls.game_info.name: cls
+    for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv, KuhnPoker3Env, SimpleNegotiationEnv)
 }
 
 Policy = Callable[[str, list[str]], str]
@@ -81,9 +84,11 @@ __all__ = [
     "ChaosBot",
     "ConnectFourEnv",
     "GameInfo",
+    "KuhnPoker3Env",
     "KuhnPokerEnv",
     "LiarsDiceEnv",
     "RandomBot",
+    "SimpleNegotiationEnv",
     "TextGameEnv",
     "TicTacToeEnv",
     "make",
