@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from sp_lightning.prompts import ParseResult, PlainTemplate, PromptTemplate
 from sp_lightning.rubric import Rubric
 from sp_lightning.types import Completion, ModelRequest, PolicyRef, Role, Rollout, Step
 
@@ -47,31 +48,26 @@ class Episode(ABC):
         return dict(rollout.metrics)
 
 
-def chat_messages(observation: str, system_prompt: str | None) -> list[dict[str, str]]:
-    """The plain prompt template: an optional system prompt, then the observation as the user turn."""
-    messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    messages.append({"role": "user", "content": observation})
-    return messages
-
-
 @dataclass
 class GameEpisode(Episode):
     """Plays any PettingZoo AEC text game of the contract in ``envs/``, with a policy per seat.
 
     ``seats`` maps each agent of the game to the PolicyRef that plays it: the learner in every seat
     is mirror self-play; a bot or a league checkpoint in some seats is play against opponents.
+    ``template`` builds each model's prompt and reads its answer back (see ``prompts``); a bot's
+    answer goes to the env as is.
     """
 
     name: str
     env_factory: Callable[[], Any]
     seats: dict[str, PolicyRef]
     rubric: Rubric
-    system_prompt: str | None = None
+    template: PromptTemplate = field(default_factory=PlainTemplate)
     max_steps: int = 200
 
     @property
     def roles(self) -> list[Role]:  # type: ignore[override]
-        return [Role(agent, self.system_prompt) for agent in self.seats]
+        return [Role(agent, self.template.system_prompt_for(agent)) for agent in self.seats]
 
     async def rollout(self, ctx: EpisodeContext) -> Rollout:
         env = self.env_factory()
@@ -86,12 +82,16 @@ class GameEpisode(Episode):
                 legal = list(info.get("legal_actions", []))
                 request = ModelRequest(
                     role=agent,
-                    messages=chat_messages(observation["text"], self.system_prompt),
+                    messages=self.template.messages(observation["text"], agent),
                     policy=self.seats[agent],
                     legal_actions=legal,
                 )
                 completion = await self.generate(ctx, request)
-                env.step(completion.text)
+                if self.seats[agent].is_model:
+                    parsed = self.template.parse(completion.text)
+                else:  # a bot answers a bare move token, outside any template's format
+                    parsed = ParseResult(completion.text, True, "bot")
+                env.step(parsed.action_text)
                 after = env.infos.get(agent, {})
                 steps.append(
                     Step(
@@ -101,6 +101,8 @@ class GameEpisode(Episode):
                             "invalid_move": bool(after.get("invalid_move", False)),
                             "parsed_move": after.get("parsed_move"),
                             "legal_actions": legal,
+                            "well_formed": parsed.well_formed,
+                            "parse": parsed.reason,
                         },
                     )
                 )
@@ -129,6 +131,7 @@ def _game_metrics(rollout: Rollout) -> dict[str, float]:
     moves = [s for s in rollout.steps if s.completion.policy.kind == "learner"]
     if moves:
         metrics["invalid_move_rate"] = sum(s.info.get("invalid_move", False) for s in moves) / len(moves)
+        metrics["well_formed_rate"] = sum(s.info.get("well_formed", False) for s in moves) / len(moves)
         metrics["completion_tokens"] = sum(len(s.completion.completion_ids) for s in moves) / len(moves)
     metrics["length"] = float(len(rollout.steps))
     return metrics

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from sp_lightning.episodes import GameEpisode
+from sp_lightning.prompts import make_template
 from sp_lightning.rubric import RewardSettings
 from sp_lightning.types import LEARNER, PolicyRef
 
@@ -43,6 +44,11 @@ class GameSettings:
     opponents: dict[str, float] = field(default_factory=lambda: {"learner": 1.0})
     """Opponent mix: policy spec -> weight. {'learner': 1} is mirror self-play."""
     system_prompt: str | None = None
+    """The system prompt of every seat; None keeps the template's own (none for 'plain')."""
+    template: str = "plain"
+    """Prompt template: 'plain', 'reasoning' (see sp_lightning.prompts) or a class path."""
+    template_args: dict = field(default_factory=dict)
+    """Keyword arguments of the template (e.g. instruction)."""
     reward: RewardSettings = field(default_factory=RewardSettings)
 
     def __post_init__(self):
@@ -50,6 +56,11 @@ class GameSettings:
             raise ValueError(f"games[{self.id}].opponents: expected non-negative weights, got {self.opponents}")
         self._opponents = [(parse_policy(spec), w) for spec, w in self.opponents.items()]
         self._rubric = self.reward.build()
+        prompt = {} if self.system_prompt is None else {"system_prompt": self.system_prompt}
+        try:
+            self._template = make_template(self.template, **prompt, **self.template_args)
+        except ValueError as exc:
+            raise ValueError(f"games[{self.id}].template: {exc}") from exc
         from envs import make
 
         self._env_factory = partial(make, self.id, **self.env_kwargs)
@@ -69,7 +80,7 @@ class GameSettings:
             env_factory=factory,
             seats=seats,
             rubric=self._rubric,
-            system_prompt=self.system_prompt,
+            template=self._template,
         )
 
     def training_episode(self, rng: random.Random) -> GameEpisode:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sp_lightning.prompts import format_reward
 from sp_lightning.types import Rollout, Step
 
 OutcomeFn = Callable[[Rollout], dict[str, float]]
@@ -58,10 +59,14 @@ class RewardSettings:
     outcome_weight: float = 1.0
     invalid_move_penalty: float = 1.0
     """Subtracted from the reward of each invalid move, on that step only."""
+    format_reward: float = 0.0
+    """Added to the reward of each move whose answer followed the prompt template's format."""
 
     def build(self) -> Rubric:
         outcomes = {"payoff": game_payoff, "win_loss": win_loss}
         if self.outcome not in outcomes:
             raise ValueError(f"reward.outcome: expected one of {sorted(outcomes)}, got {self.outcome!r}")
         step = [(invalid_move, self.invalid_move_penalty)] if self.invalid_move_penalty else []
+        if self.format_reward:
+            step.append((format_reward, self.format_reward))
         return Rubric(outcome=[(outcomes[self.outcome], self.outcome_weight)], step=step)
