@@ -14,6 +14,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from sp_lightning.credit import step_return
@@ -131,7 +132,7 @@ class Arena:
         async def main():
             return await asyncio.gather(*(run.play_top(e, s) for e, s in zip(episodes, seeds)))
 
-        rollouts = list(asyncio.run(main()))
+        rollouts = list(_run_coroutine(main()))
         for episode, rollout in zip(episodes, rollouts):
             episode.rubric.score(rollout)
         self.last_generate_calls = run.generate_calls
@@ -154,6 +155,17 @@ class Arena:
         for name, value in getattr(credit, "last_stats", {}).items():
             metrics[f"credit/{name}"] = float(value)
         return Batch(records=records, rollouts=rollouts, metrics=metrics)
+
+
+def _run_coroutine(coroutine):
+    """asyncio.run, also from code that already runs inside an event loop (a Jupyter kernel):
+    there the games are played on a worker thread with its own loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:

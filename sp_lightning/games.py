@@ -71,7 +71,8 @@ class GameSettings:
 
     @property
     def name(self) -> str:
-        return self.id.rsplit(".", 1)[-1]
+        """The game's own name (game_info.name), which also names its metrics."""
+        return self.info.name if self.info is not None else self.id.rsplit(".", 1)[-1]
 
     def episode(self, seats: dict[str, PolicyRef], **env_overrides) -> GameEpisode:
         factory = partial(self._env_factory, **env_overrides) if env_overrides else self._env_factory

@@ -114,3 +114,17 @@ def test_unknown_bot_is_a_clear_error():
 def test_bad_opponent_spec_names_the_key():
     with pytest.raises(ValueError, match="opponent 'robot'"):
         GameSettings(id="tictactoe_v1", opponents={"robot": 1.0})
+
+
+def test_play_works_inside_a_running_event_loop():
+    """A Jupyter kernel runs an event loop; the arena then plays on a worker thread."""
+    import asyncio
+
+    game = GameSettings(id="tictactoe_v1")
+    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots())
+
+    async def inside_a_loop():
+        return arena.play([game.episode({"player_0": LEARNER, "player_1": LEARNER})], [0])
+
+    (rollout,) = asyncio.run(inside_a_loop())
+    assert len(rollout.steps) == 7
