@@ -31,6 +31,9 @@ GAMES: dict[str, type[TextGameEnv]] = {
     for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv, KuhnPoker3Env, SimpleNegotiationEnv)
 }
 
+ADAPTERS = {"textarena": "TextArenaEnv", "pettingzoo": "ClassicTextEnv"}
+"""Prefixes of adapted game ids: 'textarena:KuhnPoker-v0', 'pettingzoo:tictactoe_v3'."""
+
 Policy = Callable[[str, list[str]], str]
 
 
@@ -40,11 +43,17 @@ def make(game_id_or_class_path: str, **kwargs: Any) -> AECEnv:
     name = game_id_or_class_path
     if name in GAMES:
         return GAMES[name](**kwargs)
+    prefix, sep, adapted_id = name.partition(":")
+    if sep and prefix in ADAPTERS:  # adapters load their optional packages only when used
+        from . import adapters
+
+        return getattr(adapters, ADAPTERS[prefix])(adapted_id, **kwargs)
     known = ", ".join(sorted(GAMES))
     module_name, _, class_name = name.rpartition(".")
     if not module_name:
         raise ValueError(
-            f"unknown game {name!r}: expected a registered id ({known}) or a dotted class path "
+            f"unknown game {name!r}: expected a registered id ({known}), an adapted game "
+            "('textarena:<TextArena id>', 'pettingzoo:<classic env id>') or a dotted class path "
             "like 'my_pkg.my_module.MyGameEnv'"
         )
     try:
