@@ -89,40 +89,35 @@ class PolicySettings:
     """Recompute activations in backward to save memory."""
 
 
-def _game_classes(games: list[str]) -> list[type]:
-    from envs import make
-
-    classes = []
-    for game_id in games:
-        env = make(game_id)
-        classes.append(type(env))
-        env.close()
-    return classes
-
-
 def _game_move_tokens(games: list[str]) -> list[str]:
     """Every move of the given games, so that each move is one token."""
+    from envs import make
+
     moves: list[str] = []
-    for game in _game_classes(games):
-        moves.extend(m for m in game.game_info.moves if m not in moves)
+    for game_id in games:
+        env = make(game_id)
+        moves.extend(m for m in env.game_info.moves if m not in moves)
+        env.close()
     return moves
 
 
 def _tokenizer_corpus(games: list[str], seed: int, episodes: int = 60) -> list[str]:
     """Observation texts from random games of ``games``: the text the tiny model reads."""
-    from envs import RandomBot
+    from envs import RandomBot, make
 
     texts = ["system\nuser\nassistant\n"] * 50
     texts.append("You are playing a game. Answer with your move in brackets, e.g. [move].")
     bot = RandomBot(seed=seed)
-    for index, game in enumerate(_game_classes(games)):
-        env = game()
+    for index, game_id in enumerate(games):
+        env = make(game_id)
         for game_seed in range(episodes):
             env.reset(seed=seed + 1000 * index + game_seed)
-            for agent in env.agent_iter():
+            for agent in env.agent_iter(max_iter=1000):
                 obs, _, term, trunc, info = env.last()
                 texts.append(obs["text"])
-                env.step(None if term or trunc else bot.act(obs["text"], info["legal_actions"]))
+                legal = info.get("legal_actions") or ["[0]"]
+                env.step(None if term or trunc else bot.act(obs["text"], legal))
+        env.close()
     return texts
 
 

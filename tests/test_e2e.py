@@ -75,3 +75,28 @@ def test_console_script_reports_a_bad_config_key(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "episodes_per_bach" in proc.stderr
+
+
+def test_textarena_games_train_a_few_steps_on_the_tiny_model(tmp_path):
+    """Three TextArena games through the adapter: the tiny tokenizer learns their text, two
+    optimizer steps run on all three, and each is evaluated (ChaosBot: SimpleNegotiation is free
+    text, with no legal-move list for RandomBot)."""
+    pytest.importorskip("textarena")
+    games = ["textarena:KuhnPoker-v0", "textarena:TicTacToe-v0", "textarena:SimpleNegotiation-v0"]
+    entries = "\n".join(
+        f'    - {{id: "{g}", opponents: {{learner: 1.0}}, reward: {{outcome: payoff, invalid_move_penalty: 1.0}}}}'
+        for g in games
+    )
+    overlay = tmp_path / "textarena.yaml"
+    overlay.write_text(
+        f"trainer:\n  max_steps: 2\n  val_check_interval: 2\n  default_root_dir: {tmp_path}\n  logger: false\n"
+        f"  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {tmp_path / 'ckpt'}, filename: last, enable_version_counter: false}}\n"
+        f"model:\n  policy:\n    tiny: {{games: {games}}}\n"
+        f"data:\n  games:\n{entries}\n  episodes_per_batch: 6\n  sampling: {{max_new_tokens: 8}}\n"
+        f'  eval: {{games: 4, invalid_move: null, opponent: "bot:chaos"}}\n'
+    )
+    main(["fit", "--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), "--config", str(overlay)])
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 2
+    assert any(v.abs().sum() > 0 for k, v in ckpt["state_dict"].items() if "lora_B" in k)
