@@ -267,6 +267,8 @@ API_FREE = ["SimpleNegotiation-v0", "ColonelBlotto-v0", "PublicGoodsGame-v0",
             "TruthAndDeception-v0"]
 API_CASES = [(g, p) for g in API_LISTED for p in ("game", "forfeit", "retry", "random")]
 API_CASES += [(g, p) for g in API_FREE for p in ("game", "forfeit", "retry")]
+# every other working game at least under its own rules (the default policy)
+API_CASES += [(g, "game") for g in LISTED + FREE_TEXT if g not in API_LISTED + API_FREE]
 
 
 @pytest.mark.parametrize(("env_id", "policy"), API_CASES, ids=[f"{g}-{p}" for g, p in API_CASES])
