@@ -236,7 +236,7 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
         self._cumulative_rewards[agent] = 0.0
         legal = self.game.legal_moves()
         move = parse_move(action)
-        invalid = move not in legal
+        invalid = not self.is_legal(move, legal)
         # infos are replaced, never mutated, so an info dict already handed out stays as it was
         self.infos[agent] = {**self.infos[agent], "invalid_move": invalid, "parsed_move": move}
         if invalid:
@@ -283,6 +283,11 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
     # ---- helpers -----------------------------------------------------------------------
     def _game_over(self) -> bool:
         return self.forfeited_by is not None or self.game.is_terminal
+
+    def is_legal(self, move: str | None, legal: list[str]) -> bool:
+        """Whether a parsed move may be played now: by default, one of the listed legal moves.
+        A game with an open move grammar (offers) overrides this to accept unlisted moves."""
+        return move in legal
 
     def _on_invalid(
         self, agent: str, action: Any, move: str | None, legal: list[str]

@@ -28,8 +28,8 @@ you ask for.
 Legal moves: offers are an open grammar, so ``GameInfo.moves`` holds only the fixed moves
 (``[accept] [deny] [pass]``) and ``infos[agent]["legal_actions"]`` lists the fixed moves legal
 now plus up to three one-for-one example offers (rotating with the turn). Any legal offer is
-a valid move, listed or not: ``legal_actions`` is a ``LegalMoves`` list, whose ``in`` accepts
-every legal offer (grammar and inventories), and the env checks moves against it.
+a valid move, listed or not: the env's ``is_legal`` (the rules' ``is_legal``) accepts every
+legal offer (grammar and inventories), not only the listed ones.
 Rewards, at the end: a player's gain is the value of its final inventory minus that of its
 starting inventory, under its own values. By default the reward is the gain, from -250 to
 +250; both players can gain, so this mode is NOT zero-sum (``GameInfo.zero_sum`` is False).
@@ -116,25 +116,6 @@ def parse_offer(move: str) -> Offer | None:
     return Offer(give, get)
 
 
-class LegalMoves(list):
-    """The listed moves (fixed moves and example offers); ``in`` also accepts every legal offer.
-
-    Offers are an open grammar: ``move in legal`` is True for any well-formed offer within the
-    inventories of the moment (``mine`` of the player to move, ``theirs`` of the other), listed
-    or not. Iterating, indexing, comparing and printing see only the listed moves.
-    """
-
-    def __init__(self, moves: Sequence[str], mine: Sequence[int], theirs: Sequence[int]) -> None:
-        super().__init__(moves)
-        self.mine, self.theirs = tuple(mine), tuple(theirs)
-
-    def __contains__(self, move: object) -> bool:
-        if list.__contains__(self, move):
-            return True
-        offer = parse_offer(move) if isinstance(move, str) else None
-        return offer is not None and offer.fits(self.mine, self.theirs)
-
-
 class NegotiationRules:
     """Pure rules: ``inventories[seat][r]`` units and private ``values[seat][r]`` per resource."""
 
@@ -180,15 +161,22 @@ class NegotiationRules:
         if self.is_terminal:
             return []
         fixed = ["[accept]", "[deny]", "[pass]"] if self.pending is not None else ["[pass]"]
+        return fixed + self.example_offers()
+
+    def is_legal(self, move: object) -> bool:
+        """A listed move, or any well-formed offer within both players' inventories of now."""
+        if self.is_terminal:
+            return False
+        if move in self.legal_moves():
+            return True
+        offer = parse_offer(move) if isinstance(move, str) else None
         seat = self.current_player
-        return LegalMoves(
-            fixed + self.example_offers(), self.inventories[seat], self.inventories[1 - seat]
-        )
+        return offer is not None and offer.fits(self.inventories[seat], self.inventories[1 - seat])
 
     def apply(self, move: str) -> None:
         if self.is_terminal:
             raise ValueError(f"illegal move {move!r}: the game is over")
-        if move not in self.legal_moves():
+        if not self.is_legal(move):
             raise ValueError(
                 f"illegal move {move!r}; expected one of {self.legal_moves()} or another offer "
                 "within the inventories"
@@ -259,6 +247,9 @@ class SimpleNegotiationEnv(TextGameEnv):
         )
         self.observation_max_length = 640 + 64 * max_turns  # a history entry is < 64 chars
         super().__init__(render_mode, invalid_move, invalid_move_reward, max_retries)
+
+    def is_legal(self, move: str | None, legal: list[str]) -> bool:
+        return self.game.is_legal(move)
 
     def _new_game(self) -> NegotiationRules:
         size = (2, len(RESOURCES))

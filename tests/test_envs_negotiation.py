@@ -11,7 +11,6 @@ from envs import RandomBot, parse_move
 from envs.negotiation import (
     MOVES,
     RESOURCES,
-    LegalMoves,
     NegotiationRules,
     Offer,
     SimpleNegotiationEnv,
@@ -92,14 +91,15 @@ def test_a_long_offer_fits_in_a_token_only_without_the_optional_spaces():
 
 
 def test_legal_moves_contain_every_offer_within_the_inventories():
-    legal = LegalMoves(["[pass]"], mine=INVENTORIES[0], theirs=INVENTORIES[1])
-    assert legal == ["[pass]"] and list(legal) == ["[pass]"]
-    assert "[pass]" in legal and "[accept]" not in legal
-    assert "[offer: 2 wheat, 5 brick -> 5 sheep, 1 ore]" in legal  # everything both hold
-    assert "[offer: 3 wheat -> 1 wood]" not in legal  # player 0 has 2 wheat
-    assert "[offer: 1 ore -> 1 wood]" not in legal  # player 0 has no ore
-    assert "[offer: 1 wheat -> 2 brick]" not in legal  # player 1 has 1 brick
-    assert "[offer: 1 wheat -> 1 wheat]" not in legal and None not in legal and 3 not in legal
+    game = rules()  # player 0 to move, no offer pending
+    legal = game.is_legal
+    assert game.legal_moves()[0] == "[pass]" and all(m.startswith("[offer") for m in game.legal_moves()[1:])
+    assert legal("[pass]") and not legal("[accept]")
+    assert legal("[offer: 2 wheat, 5 brick -> 5 sheep, 1 ore]")  # everything both hold
+    assert not legal("[offer: 3 wheat -> 1 wood]")  # player 0 has 2 wheat
+    assert not legal("[offer: 1 ore -> 1 wood]")  # player 0 has no ore
+    assert not legal("[offer: 1 wheat -> 2 brick]")  # player 1 has 1 brick
+    assert not legal("[offer: 1 wheat -> 1 wheat]") and not legal(None) and not legal(3)
 
 
 # ---- rules ---------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def test_any_legal_offer_is_a_valid_move_listed_or_not():
     env = env_with(rules(), invalid_move="forfeit")
     listed = env.infos["player_0"]["legal_actions"]
     move = "[offer: 1 wheat, 2 sheep -> 3 wood]"
-    assert move not in list(listed) and move in listed
+    assert move not in listed and env.is_legal(move, listed)
     env.step("[Offer: 2 Sheep,1 wheat -> 3 wood]")
     assert not env.infos["player_0"]["invalid_move"] and env.forfeited_by is None
     assert env.infos["player_0"]["parsed_move"] == "[offer: 2 sheep,1 wheat -> 3 wood]"
