@@ -21,7 +21,7 @@ import torch
 from envs import BOTS
 from sp_lightning.arena import Arena
 from sp_lightning.credit import RAE
-from sp_lightning.games import GameSettings
+from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.losses import gather_logprobs
 from sp_lightning.module import SelfPlayModule, collate
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
@@ -59,7 +59,7 @@ def main() -> None:
     def play(worker_cls):
         arena = Arena(worker_cls(module.model, module.tokenizer), sampling, bots=bots)
         rng = random.Random(0)
-        episodes = [game.training_episode(rng) for _ in range(64)]
+        episodes = [game.episode(FixedMix().seats(game, rng)) for _ in range(64)]
         return arena.collect(episodes, list(range(64)), RAE())
 
     batched = median_time(lambda: play(HFRolloutWorker))

@@ -3,9 +3,16 @@
     sp-lightning fit --config configs/tictactoe_tiny.yaml
     sp-lightning validate --config configs/tictactoe_tiny.yaml --ckpt_path <ckpt> --data.eval.games 400
 
-``validate`` is the evaluation: the policy against the evaluation opponent (RandomBot by
-default) over ``data.eval.games`` games per game, split evenly over the seats, with 95%
-intervals. Without ``--ckpt_path`` it evaluates the untrained policy.
+    sp-lightning evaluate --config configs/kuhn_poker_league_tiny.yaml --checkpoint <ckpt> \
+        --opponent bot:random --games_per_seat 1000 --seed 7 --exploitability true
+
+``validate`` is the in-training evaluation: the policy against the evaluation opponent
+(RandomBot by default) over ``data.eval.games`` games per game, split evenly over the seats, with
+95% intervals. ``evaluate`` runs the same evaluation (``sp_lightning.evaluation``) outside the
+Trainer, on seeds of your choice: a checkpoint (a Lightning ``.ckpt`` or a peft adapter
+directory; none is the untrained policy) against an opponent (``bot:<name>``, ``base`` or
+``checkpoint:<adapter dir>``), with exploitability where the game has it. Without
+``--checkpoint`` it evaluates the untrained policy.
 """
 
 from __future__ import annotations
@@ -48,7 +55,77 @@ class SelfPlayCLI(LightningCLI):
         )
 
 
+def evaluate_main(args: list[str]) -> dict:
+    """``sp-lightning evaluate``: the config's model and games, a checkpoint, an opponent, seeds."""
+    import argparse
+    import json
+    import os
+
+    import torch
+
+    from sp_lightning.evaluation.matches import evaluate
+    from sp_lightning.module import learner_exploitability
+    from sp_lightning.types import PolicyRef
+
+    parser = argparse.ArgumentParser(prog="sp-lightning evaluate", description=evaluate_main.__doc__)
+    parser.add_argument("--checkpoint", help="Lightning .ckpt or peft adapter dir of the policy; none: untrained")
+    parser.add_argument("--opponent", default=None, help="bot:<name> | base | checkpoint:<adapter dir> "
+                        "(default: the config's data.eval.opponent)")
+    parser.add_argument("--games_per_seat", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
+    parser.add_argument("--exploitability", type=lambda v: v.lower() in ("1", "true", "yes"), default=False)
+    parser.add_argument("--output", help="write the results as JSON to this file")
+    ours, rest = parser.parse_known_args(args)
+    cli = SelfPlayCLI(SelfPlayModule, SelfPlayDataModule, args=rest, run=False, seed_everything_default=0,
+                      save_config_callback=None)
+    module, dm = cli.model, cli.datamodule
+    if ours.checkpoint:
+        if os.path.isdir(ours.checkpoint):
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(module.model, load_file(os.path.join(ours.checkpoint, "adapter_model.safetensors")))
+        else:
+            state = torch.load(ours.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
+            missing = [k for k in state if k not in dict(module.named_parameters())]
+            if missing:
+                raise ValueError(f"--checkpoint {ours.checkpoint}: weights {missing[:3]} do not fit the config's model")
+            module.load_state_dict(state, strict=False)
+    worker = dm.rollout_factory(module.model, module.tokenizer)
+    opponent = ours.opponent or dm.eval.opponent
+    if opponent.startswith("checkpoint:"):
+        path = opponent.partition(":")[2]
+        name = os.path.basename(os.path.normpath(path))
+        worker.register_adapter(name, path)
+        opponent = PolicyRef("checkpoint", name)
+    overrides = {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {}
+    report = {}
+    for game in dm.games:
+        result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
+                          sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=overrides)
+        entry = {**result.as_metrics(game.name), "games": result.games}
+        print(f"{game.name}: {ours.checkpoint or 'untrained'} vs {opponent}, seed {ours.seed}: {result.summary()}")
+        if ours.exploitability:
+            exploit = learner_exploitability(worker, game)
+            if exploit is not None:
+                entry[f"{game.name}/exploitability"] = exploit.exploitability
+                entry[f"{game.name}/legal_mass"] = exploit.legal_mass_mean
+                print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
+                      f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
+        report[game.name] = entry
+    if ours.output:
+        with open(ours.output, "w") as f:
+            json.dump(report, f, indent=2)
+    return report
+
+
 def main(args=None) -> None:
+    import sys
+
+    argv = sys.argv[1:] if args is None else list(args)
+    if argv[:1] == ["evaluate"]:
+        evaluate_main(argv[1:])
+        return
     SelfPlayCLI(
         SelfPlayModule,
         SelfPlayDataModule,

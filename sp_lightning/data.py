@@ -5,22 +5,34 @@ consumes it through ``training_step(dataloader_iter)``, which stops Lightning fr
 so each batch is generated right before the step that trains on it (on-policy). Under DDP every
 rank plays its own games (seeded by rank) and yields one batch per step, so ranks stay in step.
 
+Who sits in which seat is the opponent sampler's decision (``opponents``, chosen by class:
+``sp_lightning.games.FixedMix`` by default, ``sp_lightning.league.LeagueSampler`` for league
+play); which backend serves the model policies is the rollout factory's (``rollout``, chosen by
+class: ``sp_lightning.rollout.HFRolloutWorker`` by default), called with the module's model and
+tokenizer at setup.
+
 The validation set holds one item per game: the module plays ``eval.games`` games of it against
-the evaluation opponent, split evenly over the seats.
+the evaluation opponent, split evenly over the seats (see ``sp_lightning.evaluation``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
 from sp_lightning.arena import Arena, seeded_rng
 from sp_lightning.credit import GRPO, CreditAssigner
-from sp_lightning.games import GameSettings
-from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
+from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
+from sp_lightning.rollout import HFRolloutWorker, RolloutWorker, SamplingSettings
+
+RolloutFactory = Callable[[Any, Any], RolloutWorker]
+"""A rollout backend class with its settings; LightningCLI leaves (model, tokenizer) to setup."""
 
 
 @dataclass
@@ -35,6 +47,9 @@ class EvalSettings:
     invalid_move: str | None = "forfeit"
     """Invalid-move policy in evaluation games (null keeps each game's own)."""
     seed: int = 12345
+    """Seed of the evaluation games (deals, bots, sampling). Report final results on other seeds."""
+    exploitability: bool = False
+    """Also compute the policy's exploitability, for games that have it (Kuhn Poker)."""
 
 
 class _RolloutStream(IterableDataset):
@@ -46,9 +61,11 @@ class _RolloutStream(IterableDataset):
         rank = dm.trainer.global_rank if dm.trainer is not None else 0
         rng = seeded_rng(dm.seed + dm.batches_played, rank)
         while True:
-            episodes = [dm.pick_game(rng).training_episode(rng) for _ in range(dm.episodes_per_batch)]
+            games = [dm.pick_game(rng) for _ in range(dm.episodes_per_batch)]
+            episodes = [game.episode(dm.opponents.seats(game, rng)) for game in games]
             seeds = [rng.randrange(2**31) for _ in episodes]
             batch = dm.arena.collect(episodes, seeds, dm.credit)
+            dm.opponents.observe(batch.rollouts)
             dm.batches_played += 1
             yield batch
 
@@ -70,6 +87,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         credit: CreditAssigner | None = None,
         eval: EvalSettings | None = None,
         seed: int = 0,
+        opponents: OpponentSampler | None = None,
+        rollout: RolloutFactory | None = None,
     ):
         """
         Args:
@@ -79,6 +98,11 @@ class SelfPlayDataModule(L.LightningDataModule):
             credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | Constant).
             eval: Evaluation against a fixed opponent at each validation.
             seed: Seed of the game schedule (deals, seats, opponents).
+            opponents: Who sits in each seat of a training episode (class_path:
+                sp_lightning.games.FixedMix, the games' own opponent mix, by default; or
+                sp_lightning.league.LeagueSampler).
+            rollout: The rollout backend serving every model policy (class_path:
+                sp_lightning.rollout.HFRolloutWorker by default), built at setup with the model.
         """
         super().__init__()
         if not games:
@@ -91,8 +115,11 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.credit = credit if credit is not None else GRPO()
         self.eval = eval or EvalSettings()
         self.seed = seed
+        self.opponents: OpponentSampler = opponents if opponents is not None else FixedMix()
+        self.rollout_factory: RolloutFactory = rollout if rollout is not None else HFRolloutWorker
         self.batches_played = 0
         self.arena: Arena | None = None
+        self.worker: RolloutWorker | None = None
 
     def pick_game(self, rng: random.Random) -> GameSettings:
         return rng.choices(self.games, weights=[g.weight for g in self.games])[0]
@@ -100,11 +127,19 @@ class SelfPlayDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         from envs import BOTS
 
+        if self.worker is not None:  # setup runs again for validate after fit
+            return
         module = self.trainer.lightning_module
-        worker = HFRolloutWorker(module.model, module.tokenizer)
+        self.worker = self.rollout_factory(module.model, module.tokenizer)
         bots = {name: cls(seed=self.seed) for name, cls in BOTS.items()}
-        self.arena = Arena(worker, self.sampling, bots=bots)
-        module.attach_rollout_worker(worker)
+        self.arena = Arena(self.worker, self.sampling, bots=bots)
+        module.attach_rollout_worker(self.worker)
+
+    def eval_sampling(self) -> SamplingSettings:
+        """The training sampling, at the evaluation temperature if one is set."""
+        if self.eval.temperature is None:
+            return self.sampling
+        return dataclasses.replace(self.sampling, temperature=self.eval.temperature)
 
     def train_dataloader(self):
         return DataLoader(_RolloutStream(self), batch_size=None, collate_fn=_identity)
@@ -113,7 +148,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         return DataLoader(_EvalJobs(self.games), batch_size=None, collate_fn=_identity)
 
     def state_dict(self) -> dict:
-        state = {"batches_played": self.batches_played}
+        state = {"batches_played": self.batches_played, "opponents": self.opponents.state_dict()}
         if hasattr(self.credit, "state_dict"):
             state["credit"] = self.credit.state_dict()
         return state
@@ -122,6 +157,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.batches_played = state.get("batches_played", 0)
         if "credit" in state and hasattr(self.credit, "load_state_dict"):
             self.credit.load_state_dict(state["credit"])
+        if "opponents" in state:
+            self.opponents.load_state_dict(state["opponents"])
 
 
 def _identity(item):

@@ -1,20 +1,23 @@
-"""Which games a run plays, against whom, and how a policy is evaluated against a bot.
+"""Which games a run plays and who sits in which seat of each training episode.
 
 A game in a config is a registered id (``tictactoe_v1``) or a class path, its env kwargs, a
-sampling weight, the opponent mix and the reward settings. Each training episode seats the
-learner in a random seat and fills the other seats from the opponent mix: ``learner`` (mirror
-self-play), ``base`` (the base model, adapter off) or ``bot:<name>`` (e.g. ``bot:random``).
+sampling weight, the opponent mix and the reward settings. Who sits where is decided by an
+opponent sampler, chosen by class in the config (``data.opponents``): :class:`FixedMix` (the
+default) seats the learner in a random seat and fills the others from the game's opponent mix:
+``learner`` (mirror self-play), ``base`` (the base model, adapter off), ``bot:<name>`` (e.g.
+``bot:random``) or ``checkpoint:<id>``; the league's sampler (``sp_lightning.league.sampler``)
+picks league members by matchmaking instead.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 from sp_lightning.episodes import GameEpisode
-from sp_lightning.prompts import make_template
+from sp_lightning.prompts import PromptTemplate, make_template
 from sp_lightning.rubric import RewardSettings
 from sp_lightning.types import LEARNER, PolicyRef
 
@@ -70,6 +73,10 @@ class GameSettings:
         probe.close()
 
     @property
+    def prompt_template(self) -> PromptTemplate:
+        return self._template
+
+    @property
     def name(self) -> str:
         """The game's own name (game_info.name), which also names its metrics."""
         return self.info.name if self.info is not None else self.id.rsplit(".", 1)[-1]
@@ -84,116 +91,37 @@ class GameSettings:
             template=self._template,
         )
 
-    def training_episode(self, rng: random.Random) -> GameEpisode:
-        """The learner in one random seat; every other seat from the opponent mix."""
+    def mix_opponent(self, rng: random.Random) -> PolicyRef:
+        """One draw from this game's opponent mix."""
         policies, weights = zip(*self._opponents)
-        opponent = rng.choices(policies, weights=weights)[0]
-        learner_seat = rng.choice(self.agents)
-        seats = {a: (LEARNER if a == learner_seat else opponent) for a in self.agents}
-        return self.episode(seats)
+        return rng.choices(policies, weights=weights)[0]
 
 
-@dataclass
-class EvalResult:
-    """A policy's results against an opponent over n games, with 95% intervals."""
+class OpponentSampler:
+    """Decides who sits in which seat of each training episode (``data.opponents``).
 
-    games: int
-    wins: int
-    draws: int
-    losses: int
-    payoff_mean: float
-    payoff_ci: tuple[float, float]
-    legal_move_rate: float
-    per_seat_win_rate: dict[str, float]
-
-    @property
-    def win_rate(self) -> float:
-        return self.wins / max(self.games, 1)
-
-    @property
-    def win_ci(self) -> tuple[float, float]:
-        return wilson_interval(self.wins, self.games)
-
-    def as_metrics(self, prefix: str) -> dict[str, float]:
-        n = max(self.games, 1)
-        out = {
-            f"{prefix}/win_rate": self.win_rate,
-            f"{prefix}/win_rate_ci_low": self.win_ci[0],
-            f"{prefix}/win_rate_ci_high": self.win_ci[1],
-            f"{prefix}/draw_rate": self.draws / n,
-            f"{prefix}/loss_rate": self.losses / n,
-            f"{prefix}/payoff": self.payoff_mean,
-            f"{prefix}/payoff_ci_low": self.payoff_ci[0],
-            f"{prefix}/payoff_ci_high": self.payoff_ci[1],
-            f"{prefix}/legal_move_rate": self.legal_move_rate,
-        }
-        out.update({f"{prefix}/win_rate_{seat}": r for seat, r in self.per_seat_win_rate.items()})
-        return out
-
-    def summary(self) -> str:
-        lo, hi = self.win_ci
-        plo, phi = self.payoff_ci
-        return (
-            f"{self.games} games: win {self.win_rate:.3f} [{lo:.3f}, {hi:.3f}], "
-            f"draw {self.draws / max(self.games, 1):.3f}, loss {self.losses / max(self.games, 1):.3f}, "
-            f"payoff {self.payoff_mean:+.3f} [{plo:+.3f}, {phi:+.3f}], legal moves {self.legal_move_rate:.3f}"
-        )
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion (well-behaved near 0 and 1)."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def mean_interval(values: list[float], z: float = 1.96) -> tuple[float, tuple[float, float]]:
-    """Mean and its normal-approximation 95% interval."""
-    n = len(values)
-    if n == 0:
-        return 0.0, (0.0, 0.0)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / max(n - 1, 1)
-    half = z * math.sqrt(var / n)
-    return mean, (mean - half, mean + half)
-
-
-def evaluate(arena, game: GameSettings, games: int, opponent: str = "bot:random", seed: int = 12345,
-             env_overrides: dict | None = None) -> EvalResult:
-    """The learner against ``opponent`` over ``games`` games, split evenly over the seats.
-
-    Each seat gets ``games // seats`` games (the learner in that seat, the opponent elsewhere).
+    ``seats`` is called once per episode with the batch's RNG (checkpointed with the run);
+    ``observe`` sees every finished batch (for ratings and win-rate estimates); the state
+    methods let a resumed run continue the same statistics.
     """
-    opponent_ref = parse_policy(opponent)
-    episodes, seeds = [], []
-    per_seat = max(1, games // len(game.agents))
-    for s, seat in enumerate(game.agents):
-        seats = {a: (LEARNER if a == seat else opponent_ref) for a in game.agents}
-        for i in range(per_seat):
-            episodes.append(game.episode(seats, **(env_overrides or {})))
-            seeds.append(seed + s * 100_000 + i)
-    rollouts = arena.play(episodes, seeds)
-    payoffs, legal, moves = [], 0, 0
-    seat_wins: dict[str, list[float]] = {a: [] for a in game.agents}
-    for rollout in rollouts:
-        seat = next(a for a, p in rollout.seats.items() if p.kind == "learner")
-        payoff = rollout.outcome.get(seat, 0.0)
-        payoffs.append(payoff)
-        seat_wins[seat].append(float(payoff > 0))
-        for step in rollout.steps_of(seat):
-            moves += 1
-            legal += not step.info.get("invalid_move", False)
-    mean, ci = mean_interval(payoffs)
-    return EvalResult(
-        games=len(rollouts),
-        wins=sum(p > 0 for p in payoffs),
-        draws=sum(p == 0 for p in payoffs),
-        losses=sum(p < 0 for p in payoffs),
-        payoff_mean=mean,
-        payoff_ci=ci,
-        legal_move_rate=legal / max(moves, 1),
-        per_seat_win_rate={a: sum(w) / max(len(w), 1) for a, w in seat_wins.items()},
-    )
+
+    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
+        raise NotImplementedError
+
+    def observe(self, rollouts: list) -> None:
+        pass
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class FixedMix(OpponentSampler):
+    """The learner in a random seat; every other seat from the game's fixed opponent mix."""
+
+    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
+        opponent = game.mix_opponent(rng)
+        learner_seat = rng.choice(game.agents)
+        return {a: (LEARNER if a == learner_seat else opponent) for a in game.agents}

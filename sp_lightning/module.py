@@ -44,10 +44,14 @@ class LossSettings:
     A policy that cannot yet tell states apart collapses onto the one answer that is most often
     right (every state alike); holding entropy up early lets it learn to read the state first."""
 
+    entropy_floor: float = 0.0
+    """The annealed coefficient never goes below this: an entropy term that does not vanish keeps
+    the last iterate of self-play in zero-sum games from collapsing onto a pure strategy."""
+
     def entropy_coef_at(self, step: int) -> float:
         if not self.entropy_decay_steps:
             return self.entropy_coef
-        return self.entropy_coef * max(0.0, 1.0 - step / self.entropy_decay_steps)
+        return max(self.entropy_floor, self.entropy_coef * max(0.0, 1.0 - step / self.entropy_decay_steps))
 
     def __post_init__(self):
         choices = ("token_mean", "sequence_mean", "constant")
@@ -278,23 +282,23 @@ class SelfPlayModule(L.LightningModule):
 
     # ---- evaluation ---------------------------------------------------------------------------
     def validation_step(self, game, batch_idx):
-        from sp_lightning.arena import Arena
-        from sp_lightning.games import evaluate
-        from sp_lightning.rollout import SamplingSettings
+        from sp_lightning.evaluation.matches import evaluate
 
         dm = self.trainer.datamodule
-        sampling = dm.sampling
-        if dm.eval.temperature is not None:
-            sampling = SamplingSettings(
-                max_new_tokens=sampling.max_new_tokens, temperature=dm.eval.temperature,
-                top_p=sampling.top_p, top_k=sampling.top_k,
-            )
-        arena = Arena(dm.arena.worker, sampling, bots=dm.arena.bots)
         overrides = {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {}
-        result = evaluate(arena, game, dm.eval.games, opponent=dm.eval.opponent, seed=dm.eval.seed,
+        result = evaluate(dm.worker, game, opponent=dm.eval.opponent, sampling=dm.eval_sampling(),
+                          games_per_seat=max(1, dm.eval.games // len(game.agents)), seed=dm.eval.seed,
                           env_overrides=overrides)
-        self.log_dict(result.as_metrics(f"val/{game.name}"), batch_size=1)
-        self.print(f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}")
+        metrics = result.as_metrics(f"val/{game.name}")
+        line = f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}"
+        if dm.eval.exploitability:
+            exploit = learner_exploitability(dm.worker, game)
+            if exploit is not None:
+                metrics[f"val/{game.name}/exploitability"] = exploit.exploitability
+                metrics[f"val/{game.name}/legal_mass"] = exploit.legal_mass_mean
+                line += f"; exploitability {exploit.exploitability:.4f} (legal mass {exploit.legal_mass_mean:.3f})"
+        self.log_dict(metrics, batch_size=1)
+        self.print(line)
 
     # ---- checkpoints: only what was trained -----------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -307,3 +311,15 @@ class SelfPlayModule(L.LightningModule):
         """Write the adapter (or the whole model without LoRA) and tokenizer with save_pretrained."""
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+
+def learner_exploitability(worker, game, policy=None):
+    """The exploitability of ``policy`` (the learner by default) in ``game``, or None when the
+    game has no exploitability computation (see ``sp_lightning.evaluation.exploitability``)."""
+    from sp_lightning.evaluation.exploitability import EXPLOITABILITY
+    from sp_lightning.evaluation.strategy import model_action_probs
+    from sp_lightning.types import LEARNER
+
+    if game.name not in EXPLOITABILITY or game.env_kwargs.get("num_hands", 1) != 1:
+        return None
+    return EXPLOITABILITY[game.name](model_action_probs(worker, policy or LEARNER, game.prompt_template))

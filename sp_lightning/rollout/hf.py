@@ -1,29 +1,112 @@
 """Hugging Face transformers backend: one batched ``generate`` call per policy.
 
 The worker shares the learner's model object in-process, so a weight sync is only a version
-bump. Requests for the base policy run with the adapter disabled. Logprobs come from the
-processed scores (after temperature / top-k / top-p), which is what the sampler drew from.
+bump. Every model policy is served by the same model:
+
+- ``learner``: the trained adapter (peft's ``default``);
+- ``base``: the same model with the adapter disabled;
+- ``checkpoint:<id>``: a saved adapter (``register_adapter(id, path)``), loaded once as a named
+  peft adapter beside the learner's and switched in for its requests. At most ``max_adapters``
+  are held at once; the least recently used one is unloaded first.
+
+Requests are grouped per policy, so each adapter gets one generate call among the pending
+requests. Logprobs come from the processed scores (after temperature / top-k / top-p), which is
+what the sampler drew from.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from contextlib import nullcontext
+import os
+from collections import OrderedDict, defaultdict
+from contextlib import contextmanager
 
 import torch
 
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import Completion, ModelRequest, PolicyRef
 
+LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
+
 
 class HFRolloutWorker(RolloutWorker):
-    def __init__(self, model, tokenizer, max_batch_size: int = 256):
+    def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8):
+        """
+        Args:
+            model: The policy (a peft model with the learner's adapter, or a plain causal LM).
+            tokenizer: Its tokenizer, with a chat template.
+            max_batch_size: Most sequences in one generate call.
+            max_adapters: Most checkpoint adapters held in the model at once (LRU unloading).
+        """
+        if max_adapters < 1:
+            raise ValueError(f"rollout.max_adapters: expected >= 1, got {max_adapters}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.max_adapters = max_adapters
         self.policy_version = 0
         self.generated_tokens = 0  # running count, for throughput metrics
+        self.adapter_paths: dict[str, str] = {}
+        self.loaded: OrderedDict[str, None] = OrderedDict()  # checkpoint ids, least recent first
+        self.adapter_loads = 0
 
+    # ---- checkpoint adapters ------------------------------------------------------------------
+    def register_adapter(self, name: str, path: str) -> None:
+        """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
+        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
+                             f"(no adapter_config.json)")
+        if self.adapter_paths.get(name) not in (None, path) and name in self.loaded:
+            self._unload(name)  # a new path under an old name: never serve stale weights
+        self.adapter_paths[name] = path
+
+    def forget_adapter(self, name: str) -> None:
+        if name in self.loaded:
+            self._unload(name)
+        self.adapter_paths.pop(name, None)
+
+    def _unload(self, name: str) -> None:
+        self.model.delete_adapter(_peft_name(name))
+        del self.loaded[name]
+
+    def _ensure_loaded(self, name: str) -> None:
+        if name in self.loaded:
+            self.loaded.move_to_end(name)
+            return
+        if name not in self.adapter_paths:
+            known = sorted(self.adapter_paths) or "none"
+            raise ValueError(f"policy checkpoint:{name}: no adapter registered under that id (known: {known})")
+        if not hasattr(self.model, "load_adapter"):
+            raise ValueError(f"policy checkpoint:{name}: the model has no peft adapter to load it beside "
+                             f"(policy.lora is null); checkpoints need a LoRA policy")
+        while len(self.loaded) >= self.max_adapters:
+            self._unload(next(iter(self.loaded)))
+        self.model.load_adapter(self.adapter_paths[name], adapter_name=_peft_name(name))
+        self.model.base_model.set_adapter(LEARNER_ADAPTER)  # loading must not change what trains
+        self.loaded[name] = None
+        self.adapter_loads += 1
+
+    @contextmanager
+    def serving(self, policy: PolicyRef):
+        """The model as ``policy``: the learner's adapter, none (base), or a checkpoint's."""
+        if policy.kind == "learner":
+            yield
+        elif policy.kind == "base":
+            if hasattr(self.model, "disable_adapter"):
+                with self.model.disable_adapter():
+                    yield
+            else:  # no adapter: the learner is the base model
+                yield
+        elif policy.kind == "checkpoint":
+            self._ensure_loaded(policy.name)
+            self.model.base_model.set_adapter(_peft_name(policy.name), inference_mode=True)
+            try:
+                yield
+            finally:
+                self.model.base_model.set_adapter(LEARNER_ADAPTER)
+        else:
+            raise ValueError(f"HFRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
+
+    # ---- generation ---------------------------------------------------------------------------
     def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
         return list(
             self.tokenizer.apply_chat_template(
@@ -33,12 +116,7 @@ class HFRolloutWorker(RolloutWorker):
 
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)
-        by_policy: dict[PolicyRef, list[int]] = defaultdict(list)
-        for index, request in enumerate(requests):
-            if not request.policy.is_model:
-                raise ValueError(f"HFRolloutWorker got a request for bot policy {request.policy}")
-            by_policy[request.policy].append(index)
-        for policy, indices in by_policy.items():
+        for policy, indices in _by_policy(requests).items():
             for start in range(0, len(indices), self.max_batch_size):
                 chunk = indices[start : start + self.max_batch_size]
                 prompts = [self.encode_prompt(requests[i].messages) for i in chunk]
@@ -46,14 +124,56 @@ class HFRolloutWorker(RolloutWorker):
                     results[i] = completion
         return results  # type: ignore[return-value]
 
-    def _adapter_context(self, policy: PolicyRef):
-        if policy.kind == "learner":
-            return nullcontext()
-        if policy.kind == "base":
-            if not hasattr(self.model, "disable_adapter"):
-                return nullcontext()  # no adapter: the learner is the base model
-            return self.model.disable_adapter()
-        raise ValueError(f"HFRolloutWorker cannot serve policy {policy} yet")
+    @torch.no_grad()
+    def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
+        """For each request, the log-probability that the policy's answer starts with each
+        candidate text (the sum of the logprobs of its tokens after the prompt, at temperature
+        1, no end-of-turn token). With one-token moves this is exactly the probability of
+        sampling that move; exploitability reads a policy's strategy through it."""
+        out: list[list[float] | None] = [None] * len(requests)
+        for policy, indices in _by_policy(requests).items():
+            rows, owners = [], []
+            for i in indices:
+                prompt = self.encode_prompt(requests[i].messages)
+                for text in completions[i]:
+                    ids = self.tokenizer.encode(text, add_special_tokens=False)
+                    rows.append((prompt, ids))
+                    owners.append(i)
+                out[i] = []
+            for start in range(0, len(rows), self.max_batch_size):
+                chunk = rows[start : start + self.max_batch_size]
+                for owner, value in zip(owners[start : start + len(chunk)], self._score(chunk, policy)):
+                    out[owner].append(value)  # type: ignore[union-attr]
+        return out  # type: ignore[return-value]
+
+    def _score(self, rows: list[tuple[list[int], list[int]]], policy: PolicyRef) -> list[float]:
+        width = max(len(p) + len(c) for p, c in rows)
+        input_ids, attention_mask = self._left_pad([p + c for p, c in rows], width)
+        device = next(self.model.parameters()).device
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self.serving(policy):
+                logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                    position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0).to(device)).logits
+        finally:
+            self.model.train(was_training)
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()  # (B, W, V)
+        values = []
+        for row, (_, completion) in enumerate(rows):
+            k = len(completion)
+            targets = torch.tensor(completion)  # (k,)
+            predicted = logprobs[row, width - k - 1 : width - 1]  # (k, V) the columns before each target
+            values.append(float(predicted.gather(-1, targets.unsqueeze(-1)).sum()))
+        return values
+
+    def _left_pad(self, sequences: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        input_ids = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for row, seq in enumerate(sequences):  # left padding: every sequence ends at column -1
+            input_ids[row, width - len(seq) :] = torch.tensor(seq)
+            attention_mask[row, width - len(seq) :] = 1
+        return input_ids, attention_mask
 
     @torch.no_grad()
     def _generate_ids(
@@ -62,11 +182,7 @@ class HFRolloutWorker(RolloutWorker):
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, prompt in enumerate(prompts):  # left padding: every prompt ends at column -1
-            input_ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt) :] = 1
+        input_ids, attention_mask = self._left_pad(prompts, width)
         greedy = sampling.temperature == 0
         kwargs = dict(
             max_new_tokens=sampling.max_new_tokens,
@@ -83,7 +199,7 @@ class HFRolloutWorker(RolloutWorker):
         was_training = self.model.training
         self.model.eval()
         try:
-            with self._adapter_context(policy):
+            with self.serving(policy):
                 out = self.model.generate(
                     input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs
                 )
@@ -105,7 +221,21 @@ class HFRolloutWorker(RolloutWorker):
                     completion_ids=ids,
                     logprobs=logprobs[row, : len(ids)].tolist(),
                     policy=policy,
-                    policy_version=self.policy_version,
+                    policy_version=self.policy_version if policy.kind == "learner" else 0,
                 )
             )
         return completions
+
+
+def _by_policy(requests: list[ModelRequest]) -> dict[PolicyRef, list[int]]:
+    groups: dict[PolicyRef, list[int]] = defaultdict(list)
+    for index, request in enumerate(requests):
+        if not request.policy.is_model:
+            raise ValueError(f"HFRolloutWorker got a request for bot policy {request.policy}")
+        groups[request.policy].append(index)
+    return groups
+
+
+def _peft_name(checkpoint_id: str) -> str:
+    """peft adapter names become module attribute keys: keep them free of dots."""
+    return "ckpt__" + checkpoint_id.replace(".", "_")

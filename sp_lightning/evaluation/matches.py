@@ -1,0 +1,179 @@
+"""Any policy against any policy: N games per seat, fixed seeds, intervals on every figure.
+
+Validation, the league's background evaluator and ``sp-lightning evaluate`` all call
+:func:`evaluate`. The policy under test sits in each seat in turn (``games_per_seat`` games
+there), the opponents fill the other seats. Everything random is drawn from ``seed``: the deals
+(episode seeds), the bots (fresh instances seeded from it) and the model's sampling (torch's RNG
+is forked and seeded for the evaluation, so evaluating also leaves the training RNG untouched).
+The same seed, policies and weights give the same games.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from sp_lightning.arena import Arena
+from sp_lightning.evaluation.stats import mean_interval, wilson_interval
+from sp_lightning.games import GameSettings, parse_policy
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.types import LEARNER, PolicyRef, Rollout
+
+SEAT_STRIDE = 1_000_003  # episode seeds of seat s start at seed + s * SEAT_STRIDE
+
+
+@dataclass
+class EvalResult:
+    """A policy's results against its opponents over ``games`` games, with 95% intervals.
+
+    Games the opponents lost by their own invalid move (a forfeit) count as wins and are also
+    counted apart in ``opponent_forfeits``; ``without_opponent_forfeits`` drops them.
+    """
+
+    policy: str
+    opponent: str
+    games: int
+    wins: int
+    draws: int
+    losses: int
+    payoff_mean: float
+    payoff_ci: tuple[float, float]
+    legal_move_rate: float
+    per_seat_win_rate: dict[str, float]
+    opponent_forfeits: int = 0
+    payoffs: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def win_rate(self) -> float:
+        return self.wins / max(self.games, 1)
+
+    @property
+    def win_ci(self) -> tuple[float, float]:
+        return wilson_interval(self.wins, self.games)
+
+    def as_metrics(self, prefix: str) -> dict[str, float]:
+        n = max(self.games, 1)
+        out = {
+            f"{prefix}/win_rate": self.win_rate,
+            f"{prefix}/win_rate_ci_low": self.win_ci[0],
+            f"{prefix}/win_rate_ci_high": self.win_ci[1],
+            f"{prefix}/draw_rate": self.draws / n,
+            f"{prefix}/loss_rate": self.losses / n,
+            f"{prefix}/payoff": self.payoff_mean,
+            f"{prefix}/payoff_ci_low": self.payoff_ci[0],
+            f"{prefix}/payoff_ci_high": self.payoff_ci[1],
+            f"{prefix}/legal_move_rate": self.legal_move_rate,
+            f"{prefix}/opponent_forfeit_rate": self.opponent_forfeits / n,
+        }
+        out.update({f"{prefix}/win_rate_{seat}": r for seat, r in self.per_seat_win_rate.items()})
+        return out
+
+    def summary(self) -> str:
+        lo, hi = self.win_ci
+        plo, phi = self.payoff_ci
+        n = max(self.games, 1)
+        return (
+            f"{self.games} games: win {self.win_rate:.3f} [{lo:.3f}, {hi:.3f}], "
+            f"draw {self.draws / n:.3f}, loss {self.losses / n:.3f}, "
+            f"payoff {self.payoff_mean:+.3f} [{plo:+.3f}, {phi:+.3f}], legal moves {self.legal_move_rate:.3f}, "
+            f"opponent forfeits {self.opponent_forfeits / n:.3f}"
+        )
+
+
+def as_policy(spec: str | PolicyRef) -> PolicyRef:
+    return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
+
+
+def evaluate(
+    worker: RolloutWorker | None,
+    game: GameSettings,
+    *,
+    policy: str | PolicyRef = LEARNER,
+    opponent: str | PolicyRef | Sequence[str | PolicyRef] = "bot:random",
+    games_per_seat: int = 100,
+    sampling: SamplingSettings | None = None,
+    seed: int = 12345,
+    env_overrides: dict | None = None,
+) -> EvalResult:
+    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat.
+
+    ``opponent`` is one policy for every other seat, or one per other seat (in seat order).
+    """
+    result, _ = play(worker, game, policy=policy, opponent=opponent, games_per_seat=games_per_seat,
+                     sampling=sampling, seed=seed, env_overrides=env_overrides)
+    return result
+
+
+def play(
+    worker: RolloutWorker | None,
+    game: GameSettings,
+    *,
+    policy: str | PolicyRef = LEARNER,
+    opponent: str | PolicyRef | Sequence[str | PolicyRef] = "bot:random",
+    games_per_seat: int = 100,
+    sampling: SamplingSettings | None = None,
+    seed: int = 12345,
+    env_overrides: dict | None = None,
+) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
+    """:func:`evaluate`, also returning ``(policy's seat, rollout)`` of every game (for ratings)."""
+    from envs import BOTS
+
+    hero = as_policy(policy)
+    others = [opponent] if isinstance(opponent, (str, PolicyRef)) else list(opponent)
+    others = [as_policy(o) for o in others]
+    if len(others) == 1:
+        others = others * (len(game.agents) - 1)
+    if len(others) != len(game.agents) - 1:
+        raise ValueError(f"evaluate: {game.name} has {len(game.agents)} seats; expected 1 or "
+                         f"{len(game.agents) - 1} opponents, got {len(others)}")
+    if games_per_seat < 1:
+        raise ValueError(f"evaluate: games_per_seat: expected >= 1, got {games_per_seat}")
+    episodes, seeds, hero_seats = [], [], []
+    for s, seat in enumerate(game.agents):
+        rest = iter(others)
+        seats = {a: (hero if a == seat else next(rest)) for a in game.agents}
+        for i in range(games_per_seat):
+            episodes.append(game.episode(seats, **(env_overrides or {})))
+            seeds.append(seed + s * SEAT_STRIDE + i)
+            hero_seats.append(seat)
+    bots = {name: cls(seed=seed) for name, cls in BOTS.items()}
+    arena = Arena(worker, sampling or SamplingSettings(), bots=bots)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        rollouts = arena.play(episodes, seeds)
+    games = list(zip(hero_seats, rollouts))
+    label = str(others[0]) if len(set(others)) == 1 else ",".join(map(str, others))
+    return summarize(games, str(hero), label, game.agents), games
+
+
+def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agents: list[str]) -> EvalResult:
+    """Win/draw/loss, payoff and legal-move rate of the policy in ``seat`` of each rollout."""
+    payoffs, legal, moves, forfeits = [], 0, 0, 0
+    seat_wins: dict[str, list[float]] = {a: [] for a in agents}
+    for seat, rollout in games:
+        payoff = rollout.outcome.get(seat, 0.0)
+        payoffs.append(payoff)
+        seat_wins[seat].append(float(payoff > 0))
+        for step in rollout.steps_of(seat):
+            moves += 1
+            legal += not step.info.get("invalid_move", False)
+        last = rollout.steps[-1] if rollout.steps else None
+        if payoff > 0 and last is not None and last.role != seat and last.info.get("invalid_move"):
+            forfeits += 1  # only meaningful under the forfeit policy, where an invalid move ends the game
+    mean, ci = mean_interval(payoffs)
+    return EvalResult(
+        policy=policy,
+        opponent=opponent,
+        games=len(games),
+        wins=sum(p > 0 for p in payoffs),
+        draws=sum(p == 0 for p in payoffs),
+        losses=sum(p < 0 for p in payoffs),
+        payoff_mean=mean,
+        payoff_ci=ci,
+        legal_move_rate=legal / max(moves, 1),
+        per_seat_win_rate={a: sum(w) / max(len(w), 1) for a, w in seat_wins.items()},
+        opponent_forfeits=forfeits,
+        payoffs=payoffs,
+    )

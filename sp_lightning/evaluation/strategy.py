@@ -1,0 +1,33 @@
+"""A model policy's strategy, read as the probability of each legal move at a decision point.
+
+Exploitability needs the whole strategy, not samples: for every information state, the
+probability that the policy plays each legal move. A language model's probability of a move is
+the probability that its answer starts with the move's text, scored by the rollout worker at
+temperature 1 (exact for one-token moves, as in the tiny recipes). The mass the model puts on
+anything else (illegal text) is reported by the exploitability code as the legal mass.
+"""
+
+from __future__ import annotations
+
+import math
+
+from sp_lightning.evaluation.exploitability import ActionProbs
+from sp_lightning.prompts import PromptTemplate
+from sp_lightning.types import ModelRequest, PolicyRef
+
+
+def model_action_probs(worker, policy: PolicyRef, template: PromptTemplate, role: str = "player") -> ActionProbs:
+    """An ``ActionProbs`` callable for ``policy`` served by ``worker`` (``completion_logprobs``).
+
+    ``role`` picks the template's system prompt (one prompt for every seat is the common case).
+    """
+
+    def action_probs(items: list[tuple[str, list[str]]]) -> list[dict[str, float]]:
+        requests = [
+            ModelRequest(role=role, messages=template.messages(text, role), policy=policy, legal_actions=list(legal))
+            for text, legal in items
+        ]
+        rows = worker.completion_logprobs(requests, [list(legal) for _, legal in items])
+        return [{move: math.exp(lp) for move, lp in zip(legal, row)} for (_, legal), row in zip(items, rows)]
+
+    return action_probs

@@ -1,0 +1,358 @@
+"""League training as a Lightning callback: the league on disk, its checkpoint schedule, the
+ratings, a background evaluator and the league's TensorBoard charts.
+
+The hero is the learner; the league is a registry file (``<dir>/league.json``, see
+``registry``) of baselines (the base model, RandomBot, ChaosBot), past checkpoints of the hero
+(peft adapters in ``<dir>/adapters/``, loadable by ``PeftModel.from_pretrained`` and by vLLM) and
+the hero itself. Every step the callback:
+
+1. records the step's games (hero against league members) in the registry: TrueSkill and Elo;
+2. promotes the hero to a checkpoint when the schedule names the step (recent / anchor / elite)
+   and prunes recent checkpoints that left the window;
+3. every ``evaluator.every`` steps starts a tournament of the newest checkpoint against
+   gatekeepers in a separate process (it reads adapters from disk and writes the registry under
+   its lock), and logs earlier tournaments once they finish;
+4. hands the datamodule's :class:`~sp_lightning.league.sampler.LeagueSampler` a fresh view;
+5. logs the hero's rating beside the baselines and the best past checkpoint, the win rate per
+   opponent type, the realised opponent-type mix and (Kuhn Poker) exploitability.
+
+Resume: the registry's content is saved in the Lightning checkpoint and written back on resume,
+so a killed run continues with the league as it was at its last checkpoint (the matchmaker's
+state travels with the datamodule's). Adapters of pruned checkpoints are deleted only once a
+Lightning checkpoint that no longer names them has been written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+
+from sp_lightning.league.ratings import TrueSkillRatings
+from sp_lightning.league.registry import AgentRecord, LeagueRegistry
+from sp_lightning.league.sampler import HERO_ID, LeagueSampler
+
+log = logging.getLogger(__name__)
+
+BASELINES = {"base_model": "base", "random_bot": "bot:random", "chaos_bot": "bot:chaos"}
+
+
+@dataclass
+class CheckpointSchedule:
+    """When the hero becomes a league checkpoint."""
+
+    recent_every: int = 10
+    """Promote every this many steps; these 'recent' checkpoints stay while inside the window."""
+    recent_window: int = 100
+    """A recent checkpoint leaves the league once it is this many steps old (unless anchor/elite)."""
+    anchor_every: int = 100
+    """Promote every this many steps, kept forever (anchors)."""
+    elite: bool = True
+    """Also keep forever a checkpoint whose hero rating (TrueSkill mu) is a new best by elite_margin."""
+    elite_margin: float = 1.0
+    """How far (in TrueSkill mu) above the best so far a rating must be to count as a new best."""
+
+    def __post_init__(self):
+        for name in ("recent_every", "recent_window", "anchor_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"league.schedule.{name}: expected >= 1, got {getattr(self, name)}")
+
+    def tags(self, step: int, new_best: bool) -> list[str]:
+        tags = []
+        if step % self.recent_every == 0:
+            tags.append("recent")
+        if step % self.anchor_every == 0:
+            tags.append("anchor")
+        if self.elite and new_best and step % self.recent_every == 0:
+            tags.append("elite")
+        return tags
+
+    def keeps(self, agent_step: int, tags: list[str], now: int) -> bool:
+        return "anchor" in tags or "elite" in tags or now - agent_step < self.recent_window
+
+
+@dataclass
+class EvaluatorSettings:
+    """The background tournament of the newest checkpoint against gatekeepers."""
+
+    every: int = 50
+    """Start a tournament every this many steps (0 disables the evaluator)."""
+    games_per_seat: int = 50
+    """Games per seat against each gatekeeper."""
+    gatekeepers: list[str] = field(default_factory=lambda: ["random_bot", "best", "recent"])
+    """League ids, or 'best' (the best-rated checkpoint) and 'recent' (the previous checkpoint)."""
+    threads: int = 1
+    """Torch threads of the evaluator process."""
+    seed: int = 99_000
+
+
+class LeagueCallback(L.Callback):
+    def __init__(
+        self,
+        dir: str,
+        schedule: CheckpointSchedule | None = None,
+        evaluator: EvaluatorSettings | None = None,
+        baselines: list[str] | None = None,
+        exploitability_every: int = 0,
+        run_name: str = "",
+    ):
+        """
+        Args:
+            dir: Where the league lives: league.json, adapters/, evaluations/.
+            schedule: When the hero is promoted to a checkpoint, and how long checkpoints stay.
+            evaluator: The background tournament (every N steps, gatekeepers, games).
+            baselines: Baseline members of the league: base_model, random_bot, chaos_bot.
+            exploitability_every: Log the hero's and the league mixture's exploitability every
+                this many steps, for games that have it (Kuhn Poker); 0 disables it.
+            run_name: Stored in the registry's metadata.
+        """
+        unknown = [b for b in baselines or [] if b not in BASELINES]
+        if unknown:
+            raise ValueError(f"league.baselines: expected names among {sorted(BASELINES)}, got {unknown}")
+        self.dir = dir
+        self.schedule = schedule or CheckpointSchedule()
+        self.evaluator = evaluator or EvaluatorSettings()
+        self.baselines = list(BASELINES) if baselines is None else list(baselines)
+        self.exploitability_every = exploitability_every
+        self.run_name = run_name
+        self.registry = LeagueRegistry(os.path.join(dir, "league.json"), run_name=run_name)
+        self.trueskill = TrueSkillRatings()
+        self.best_hero_rating: float | None = None
+        self.pruned: list[tuple[int, str]] = []  # (step pruned at, adapter dir) awaiting deletion
+        self.saved_step = -1
+        self.process: subprocess.Popen | None = None
+        self.process_spec: str | None = None
+        self.events: list[str] = []
+        self._restore: dict | None = None
+        self.sampler: LeagueSampler | None = None
+        self.evaluations_run = 0
+
+    # ---- set up, cold start, resume -----------------------------------------------------------
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage != "fit":
+            return
+        sampler = getattr(trainer.datamodule, "opponents", None)
+        if not isinstance(sampler, LeagueSampler):
+            raise ValueError("LeagueCallback: expected data.opponents to be sp_lightning.league.LeagueSampler "
+                             f"(the league chooses the opponents), got {type(sampler).__name__}")
+        self.sampler = sampler
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        os.makedirs(os.path.join(self.dir, "adapters"), exist_ok=True)
+        if self._restore is not None:
+            self.registry.restore(self._restore["registry"])
+            self.best_hero_rating = self._restore["best_hero_rating"]
+            self.pruned = [tuple(p) for p in self._restore["pruned"]]
+            self._restore = None
+        else:
+            if self.registry.read().agents:
+                raise ValueError(f"league.dir {self.dir!r} already holds a league; resume its run with "
+                                 f"--ckpt_path, or give this run another league.dir")
+            self.registry.set_metadata(run_name=self.run_name)
+            for name in self.baselines:
+                self.registry.add_agent(AgentRecord(id=name, type="baseline", policy=BASELINES[name]))
+            self.registry.add_agent(AgentRecord(id=HERO_ID, type="learner", policy="learner", step=0))
+            self._event(trainer, f"league started in {self.dir} with {', '.join(self.baselines)}")
+        worker = trainer.datamodule.worker
+        for agent in self.registry.agents(type="checkpoint"):
+            worker.register_adapter(agent.id, agent.adapter_path)
+        self._refresh()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"registry": self.registry.snapshot_dict(), "best_hero_rating": self.best_hero_rating,
+                "pruned": [list(p) for p in self.pruned]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._restore = state
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
+        self.saved_step = trainer.global_step
+
+    # ---- every step ---------------------------------------------------------------------------
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        matches, buckets, results = self.sampler.drain()
+        with self.registry.transaction() as state:  # the step's games and the hero's step, at once
+            state.agents[HERO_ID].step = step
+        if matches:
+            self.registry.record_matches(matches, step=step, source="train")
+        metrics = self._mix_and_results(buckets, results)
+        self._promote_and_prune(trainer, step)
+        self._delete_pruned()
+        metrics.update(self._poll_evaluator(trainer))
+        if self.evaluator.every and step % self.evaluator.every == 0 and self.process is None:
+            self._start_evaluator(trainer, pl_module, step)
+        if self.exploitability_every and step % self.exploitability_every == 0:
+            metrics.update(self._exploitability(trainer))
+        metrics.update(self._refresh())
+        pl_module.log_dict(metrics, batch_size=1)
+
+    def _mix_and_results(self, buckets: list[str], results: list[tuple[str, float]]) -> dict[str, float]:
+        metrics = {}
+        for bucket in set(buckets):
+            metrics[f"league/mix/{bucket}"] = buckets.count(bucket) / len(buckets)
+        payoffs: dict[str, list[float]] = defaultdict(list)
+        for kind, payoff in results:
+            payoffs[kind].append(payoff)
+        for kind, values in payoffs.items():
+            if kind != "mirror":
+                metrics[f"league/win_rate/{kind}"] = sum(v > 0 for v in values) / len(values)
+        return metrics
+
+    def _promote_and_prune(self, trainer, step: int) -> None:
+        hero = self.registry.get(HERO_ID)
+        rating = hero.mu
+        new_best = self.best_hero_rating is not None and rating > self.best_hero_rating + self.schedule.elite_margin
+        tags = self.schedule.tags(step, new_best)
+        if tags:
+            agent_id = f"ckpt-{step:06d}"
+            path = os.path.join(self.dir, "adapters", agent_id)
+            trainer.lightning_module.model.save_pretrained(path, selected_adapters=["default"])
+            trainer.lightning_module.tokenizer.save_pretrained(path)
+            parent = max(self.registry.agents(type="checkpoint"), key=lambda a: a.step, default=None)
+            self.registry.add_agent(AgentRecord(
+                id=agent_id, type="checkpoint", policy=f"checkpoint:{agent_id}", adapter_path=path, step=step,
+                parent=parent.id if parent else None, tags=tags, mu=hero.mu, sigma=hero.sigma, elo=hero.elo,
+                stats={f"coverage_{n}": v for n, v in self.sampler.coverage.coverages(HERO_ID).items()},
+            ), exist_ok=True)
+            trainer.datamodule.worker.register_adapter(agent_id, path)
+            if self.best_hero_rating is None or new_best:
+                self.best_hero_rating = rating
+            self._event(trainer, f"step {step}: {agent_id} added ({', '.join(tags)}), rating {rating:.2f}")
+        for agent in self.registry.agents(type="checkpoint"):
+            if not self.schedule.keeps(agent.step, agent.tags, step):
+                self.registry.remove_agent(agent.id)
+                trainer.datamodule.worker.forget_adapter(agent.id)
+                self.pruned.append((step, agent.adapter_path))
+                self._event(trainer, f"step {step}: {agent.id} left the league (older than the recent window)")
+
+    def _delete_pruned(self) -> None:
+        """Adapters pruned at or before the last written Lightning checkpoint are no longer
+        named by any checkpoint a run could resume from."""
+        keep = []
+        for pruned_at, path in self.pruned:
+            if pruned_at <= self.saved_step:
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                keep.append((pruned_at, path))
+        self.pruned = keep
+
+    def _refresh(self) -> dict[str, float]:
+        """A fresh league view for the sampler, and the ratings to log."""
+        state = self.registry.read()
+        hero = state.agents[HERO_ID]
+        members = list(state.agents.values())
+        self.sampler.refresh(members, hero)
+        metrics = {"league/hero/mu": hero.mu, "league/hero/sigma": hero.sigma, "league/hero/elo": hero.elo,
+                   "league/hero/rating": self.trueskill.conservative(hero.mu, hero.sigma),
+                   "league/checkpoints": float(sum(a.type == "checkpoint" for a in members))}
+        for agent in members:
+            if agent.type == "baseline":
+                metrics[f"league/baseline/{agent.id}/rating"] = self.trueskill.conservative(agent.mu, agent.sigma)
+                metrics[f"league/baseline/{agent.id}/elo"] = agent.elo
+        best = state.metadata.get("best_agent")
+        if best in state.agents:
+            metrics["league/best/rating"] = state.metadata["best_rating"]
+            metrics["league/best/elo"] = state.agents[best].elo
+        for n, value in self.sampler.coverage.coverages(HERO_ID).items():
+            metrics[f"league/hero/coverage_{n}gram"] = value
+        return metrics
+
+    # ---- background evaluator -----------------------------------------------------------------
+    def _start_evaluator(self, trainer, pl_module, step: int) -> None:
+        checkpoints = sorted(self.registry.agents(type="checkpoint"), key=lambda a: a.step)
+        if not checkpoints:
+            return
+        newest = checkpoints[-1]
+        best = self.registry.read().metadata.get("best_agent")
+        gatekeepers = []
+        for name in self.evaluator.gatekeepers:
+            if name == "best":
+                name = best
+            elif name == "recent":
+                name = checkpoints[-2].id if len(checkpoints) > 1 else None
+            if name and name != newest.id and name not in gatekeepers and self.registry.get(name):
+                gatekeepers.append(name)
+        if not gatekeepers:
+            return
+        from sp_lightning.league.evaluator import die_with_parent, spec_for
+
+        dm = trainer.datamodule
+        spec = spec_for(pl_module.policy_settings, dm.games[0], dm.eval_sampling(), self.registry.path,
+                        newest.id, gatekeepers, self.evaluator.games_per_seat, self.evaluator.seed + step,
+                        step, self.evaluator.threads,
+                        {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {})
+        folder = os.path.join(self.dir, "evaluations")
+        os.makedirs(folder, exist_ok=True)
+        self.process_spec = os.path.join(folder, f"{newest.id}-step{step:06d}.json")
+        with open(self.process_spec, "w") as f:
+            json.dump(spec, f)
+        errors = open(self.process_spec.removesuffix(".json") + ".log", "w")
+        self.process = subprocess.Popen([sys.executable, "-m", "sp_lightning.league.evaluator", self.process_spec],
+                                        stdout=errors, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        self._event(trainer, f"step {step}: evaluating {newest.id} against {', '.join(gatekeepers)}")
+
+    def _poll_evaluator(self, trainer, wait: bool = False) -> dict[str, float]:
+        if self.process is None or (not wait and self.process.poll() is None):
+            return {}
+        code = self.process.wait()
+        spec, self.process = self.process_spec, None
+        result_path = spec.removesuffix(".json") + ".result.json"
+        if code != 0 or not os.path.exists(result_path):
+            self._event(trainer, f"evaluator failed (exit {code}); see {spec.removesuffix('.json')}.log")
+            return {}
+        with open(result_path) as f:
+            summary = json.load(f)
+        self.evaluations_run += 1
+        metrics = {"league/eval/seconds": summary["seconds"]}
+        for gatekeeper, r in summary["results"].items():
+            kind = "random_bot" if gatekeeper == "random_bot" else gatekeeper.split("-")[0]
+            metrics[f"league/eval/win_rate_vs_{kind}"] = r["win_rate"]
+            self._event(trainer, f"{summary['agent']} vs {gatekeeper}: win {r['win_rate']:.3f}, "
+                                 f"payoff {r['payoff']:+.3f} over {r['games']} games; ratings updated")
+        return metrics
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.process is not None:  # let the last tournament land in the registry
+            pl_module_metrics = self._poll_evaluator(trainer, wait=True)
+            if trainer.logger is not None and pl_module_metrics:
+                trainer.logger.log_metrics(pl_module_metrics, step=trainer.global_step)
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        if self.process is not None:
+            self.process.terminate()
+
+    # ---- exploitability -----------------------------------------------------------------------
+    def _exploitability(self, trainer) -> dict[str, float]:
+        from sp_lightning.evaluation.exploitability import EXPLOITABILITY, mixture_exploitability
+        from sp_lightning.evaluation.strategy import model_action_probs
+        from sp_lightning.types import LEARNER, PolicyRef
+
+        dm = trainer.datamodule
+        game = dm.games[0]
+        if game.name not in EXPLOITABILITY:
+            return {}
+        hero = EXPLOITABILITY[game.name](model_action_probs(dm.worker, LEARNER, game.prompt_template))
+        metrics = {"league/exploitability/hero": hero.exploitability,
+                   "league/exploitability/hero_legal_mass": hero.legal_mass_mean}
+        members = [model_action_probs(dm.worker, PolicyRef("checkpoint", a.id), game.prompt_template)
+                   for a in self.registry.agents(type="checkpoint")]
+        if members:
+            metrics["league/exploitability/mixture"] = mixture_exploitability(members).exploitability
+        return metrics
+
+    # ---- events -------------------------------------------------------------------------------
+    def _event(self, trainer, text: str) -> None:
+        self.events.append(text)
+        log.info("league: %s", text)
+        experiment = getattr(trainer.logger, "experiment", None)
+        if hasattr(experiment, "add_text"):
+            experiment.add_text("league/events", text, global_step=trainer.global_step)

@@ -1,0 +1,121 @@
+"""Skill ratings for the league: TrueSkill (through the ``trueskill`` package) and multi-player Elo.
+
+A rating is plain numbers, ``(mu, sigma)`` for TrueSkill and one float for Elo, so the registry
+can keep them in JSON and nothing here holds state between matches.
+
+- :class:`TrueSkillRatings` wraps a ``trueskill.TrueSkill`` environment of its own (never the
+  package's global one, which any other import could reconfigure). It rates 1v1, free-for-all
+  and team matches, with draws as equal ranks. ``conservative = mu - 3 sigma`` is the score to
+  rank agents by: a lucky new agent with few matches does not top the league.
+- :func:`elo_update` is Elo for N players by pairwise decomposition: each pair in a match is one
+  game, won by the higher score, and K is divided by ``N - 1`` so that one match moves a rating
+  about as much as one 1v1 game, whatever the number of players.
+
+Both take a match as scores (payoffs) and turn them into ranks with :func:`ranks_from_scores`:
+higher score is better, equal scores draw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import trueskill
+
+Rating = tuple[float, float]  # (mu, sigma)
+
+
+def ranks_from_scores(scores: list[float]) -> list[int]:
+    """Rank of each entry, 0 = best; equal scores share a rank (competition ranking, "1224").
+
+    ``[3, 1, 3, 0] -> [0, 2, 0, 3]``: an entry's rank is how many entries scored strictly higher.
+    """
+    return [sum(other > score for other in scores) for score in scores]
+
+
+def elo_expected(a: float, b: float) -> float:
+    """Expected score of a player rated ``a`` against one rated ``b``: ``1 / (1 + 10^((b-a)/400))``."""
+    return 1.0 / (1.0 + 10.0 ** ((b - a) / 400.0))
+
+
+def elo_update(ratings: list[float], scores: list[float], k: float = 32.0) -> list[float]:
+    """New Elo ratings after one match of ``len(ratings)`` players with these scores.
+
+    Every pair ``(i, j)`` is one game: ``i`` gets 1 if it scored higher, 0.5 on equal scores,
+    0 if lower, and ``k / (N - 1) * (result - elo_expected(r_i, r_j))``. All pairs use the
+    ratings from before the match, so the order of the players does not matter.
+    """
+    if len(ratings) != len(scores):
+        raise ValueError(
+            f"elo_update needs one score per rating, got {len(ratings)} ratings and "
+            f"{len(scores)} scores"
+        )
+    n = len(ratings)
+    if n < 2:
+        return [float(r) for r in ratings]
+    ranks = ranks_from_scores(scores)
+    step = k / (n - 1)
+    new = [float(r) for r in ratings]
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            result = 1.0 if ranks[i] < ranks[j] else 0.5 if ranks[i] == ranks[j] else 0.0
+            new[i] += step * (result - elo_expected(ratings[i], ratings[j]))
+    return new
+
+
+@dataclass
+class TrueSkillRatings:
+    """TrueSkill with its own environment; ``beta`` and ``tau`` default to ``sigma/2`` and ``sigma/100``
+    (the package's defaults)."""
+
+    mu: float = 25.0
+    sigma: float = 25.0 / 3.0
+    beta: float | None = None
+    tau: float | None = None
+    draw_probability: float = 0.10
+    env: trueskill.TrueSkill = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.beta is None:
+            self.beta = self.sigma / 2.0
+        if self.tau is None:
+            self.tau = self.sigma / 100.0
+        if not 0.0 <= self.draw_probability < 1.0:
+            raise ValueError(f"draw_probability must be in [0, 1), got {self.draw_probability}")
+        self.env = trueskill.TrueSkill(
+            mu=self.mu, sigma=self.sigma, beta=self.beta, tau=self.tau,
+            draw_probability=self.draw_probability,
+        )
+
+    def _groups(self, teams: list[list[Rating]]) -> list[tuple[trueskill.Rating, ...]]:
+        if len(teams) < 2 or any(len(team) == 0 for team in teams):
+            raise ValueError(
+                f"TrueSkill needs at least 2 teams of at least 1 player, got team sizes "
+                f"{[len(team) for team in teams]}"
+            )
+        return [tuple(self.env.create_rating(mu, sigma) for mu, sigma in team) for team in teams]
+
+    def rate(self, teams: list[list[Rating]], ranks: list[int]) -> list[list[Rating]]:
+        """New ``(mu, sigma)`` of every player, teams in the given order; rank 0 is the best team
+        and equal ranks are a draw between those teams."""
+        if len(ranks) != len(teams):
+            raise ValueError(f"need one rank per team, got {len(teams)} teams and {len(ranks)} ranks")
+        rated = self.env.rate(self._groups(teams), ranks=list(ranks))
+        return [[(float(r.mu), float(r.sigma)) for r in team] for team in rated]
+
+    def win_probability(self, a: Rating, b: Rating) -> float:
+        """P(a beats b) for two players: ``Phi((mu_a - mu_b) / sqrt(2 beta^2 + sigma_a^2 + sigma_b^2))``."""
+        denom = math.sqrt(2.0 * self.beta**2 + a[1] ** 2 + b[1] ** 2)
+        return float(self.env.cdf((a[0] - b[0]) / denom))
+
+    def quality(self, teams: list[list[Rating]]) -> float:
+        """Match quality from the package: the draw probability relative to that of equal teams
+        (1 is the most even match)."""
+        return float(self.env.quality(self._groups(teams)))
+
+    @staticmethod
+    def conservative(mu: float, sigma: float) -> float:
+        """``mu - 3 sigma``: a skill the agent has with about 99.9% confidence."""
+        return mu - 3.0 * sigma

@@ -1,0 +1,149 @@
+"""The league's opponent sampler: matchmaking decides who sits in each training episode.
+
+Chosen in the config as ``data.opponents: {class_path: sp_lightning.league.LeagueSampler}``;
+the :class:`~sp_lightning.league.callbacks.LeagueCallback` owns the league on disk and hands this
+sampler a fresh view of it after every step (:meth:`refresh`). Per episode the hero (the learner)
+takes the next seat in rotation and the matchmaker fills the others. After every batch
+:meth:`observe` turns the finished games into match results for the ratings, updates the hero's
+win-rate estimate against each opponent (what PFSP weighs by) and the exploration statistics.
+Only the hero's steps are trained on (``Step.trainable``); bots never call a model.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Any
+
+from sp_lightning.games import GameSettings, OpponentSampler, parse_policy
+from sp_lightning.league.exploration import NGramCoverage
+from sp_lightning.league.matchmaking import MIRROR_ID, Candidate, HeroInfo, Matchmaker, MatchmakingSettings
+from sp_lightning.league.ratings import TrueSkillRatings
+from sp_lightning.types import LEARNER, PolicyRef, Rollout
+
+HERO_ID = "hero"
+
+
+class LeagueSampler(OpponentSampler):
+    def __init__(
+        self,
+        matchmaking: MatchmakingSettings | None = None,
+        max_distinct_opponents: int | None = None,
+        win_rate_decay: float = 0.95,
+        coverage_ngrams: tuple[int, ...] = (1, 2),
+    ):
+        """
+        Args:
+            matchmaking: The matchmaking mode and its settings (PFSP by default).
+            max_distinct_opponents: At most this many distinct opponents in one game of more
+                than two seats (cluster sampling); null leaves every seat free.
+            win_rate_decay: Decay of the hero's moving win-rate estimate against each opponent.
+            coverage_ngrams: The n of the n-gram coverage statistics of each agent's moves.
+        """
+        if not 0 <= win_rate_decay < 1:
+            raise ValueError(f"opponents.win_rate_decay: expected in [0, 1), got {win_rate_decay}")
+        self.matchmaker = Matchmaker(matchmaking)
+        self.max_distinct = max_distinct_opponents
+        self.win_rate_decay = win_rate_decay
+        self.coverage = NGramCoverage(ns=coverage_ngrams)
+        self.trueskill = TrueSkillRatings()
+        self.hero: HeroInfo | None = None
+        self.candidates: list[Candidate] = []
+        self.policy_ids: dict[str, str] = {}  # policy spec -> agent id
+        self.policies: dict[str, PolicyRef] = {}  # agent id -> policy
+        self.win_rates: dict[str, float] = {}  # EMA of the hero's score (1 win, 0.5 draw) per opponent
+        self.rotation: dict[str, int] = defaultdict(int)
+        self.pending: list[tuple[list[str], list[float]]] = []  # match results for the ratings
+        self.step_buckets: list[str] = []  # the buckets of this batch's opponents (for the mix)
+        self.step_results: list[tuple[str, float]] = []  # (bucket, hero payoff) of this batch
+
+    # ---- the league view (from the callback) --------------------------------------------------
+    def refresh(self, agents: list, hero) -> None:
+        """A fresh view of the league: ``agents`` are registry AgentRecords, ``hero`` the hero's."""
+        self.hero = HeroInfo(step=hero.step or 0, elo=hero.elo, mu=hero.mu, sigma=hero.sigma)
+        self.policy_ids = {a.policy: a.id for a in agents}
+        self.policies = {a.id: parse_policy(a.policy) for a in agents if a.type != "learner"}
+        self.candidates = [
+            Candidate(
+                id=a.id, kind=a.type, step=a.step, elo=a.elo, mu=a.mu, sigma=a.sigma,
+                win_prob=self.win_probability(a),
+                quality=self.trueskill.quality([[(hero.mu, hero.sigma)], [(a.mu, a.sigma)]]),
+                coverage=self.coverage.coverage(a.id) if a.type == "checkpoint" else None,
+            )
+            for a in agents
+            if a.type in ("baseline", "checkpoint", "fixed")
+        ]
+
+    def win_probability(self, agent) -> float:
+        """The hero's moving win rate against ``agent`` once it has played it, else TrueSkill's."""
+        if agent.id in self.win_rates:
+            return self.win_rates[agent.id]
+        return self.trueskill.win_probability((self.hero.mu, self.hero.sigma), (agent.mu, agent.sigma))
+
+    # ---- OpponentSampler ----------------------------------------------------------------------
+    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
+        if self.hero is None:
+            raise RuntimeError("LeagueSampler has no league: add sp_lightning.league.LeagueCallback to "
+                               "trainer.callbacks (it owns the league and refreshes this sampler)")
+        agents = game.agents
+        hero_seat = agents[self.rotation[game.name] % len(agents)]
+        self.rotation[game.name] += 1
+        picks = self.matchmaker.sample(self.hero, self.candidates, rng, k=len(agents) - 1,
+                                       max_distinct=self.max_distinct)
+        self.step_buckets.extend(p.bucket for p in picks)
+        others = iter(picks)
+        seats = {}
+        for agent in agents:
+            if agent == hero_seat:
+                seats[agent] = LEARNER
+            else:
+                pick = next(others)
+                seats[agent] = LEARNER if pick.id == MIRROR_ID else self.policies[pick.id]
+        return seats
+
+    def observe(self, rollouts: list[Rollout]) -> None:
+        for rollout in rollouts:
+            seats = rollout.seats
+            for agent, policy in seats.items():
+                moves = [s.info.get("parsed_move") or "?" for s in rollout.steps_of(agent)]
+                self.coverage.add(HERO_ID if policy.kind == "learner" else self.policy_ids.get(str(policy), str(policy)), moves)
+            hero_seats = [a for a, p in seats.items() if p.kind == "learner"]
+            if len(hero_seats) == len(seats):  # mirror: no rating information
+                self.step_results.append(("mirror", 0.0))
+                continue
+            hero_payoff = sum(rollout.outcome.get(a, 0.0) for a in hero_seats) / len(hero_seats)
+            opponents = [(a, self.policy_ids[str(p)]) for a, p in seats.items() if p.kind != "learner"]
+            bucket = self._bucket_of(opponents[0][1])
+            self.step_results.append((bucket, hero_payoff))
+            score = 1.0 if hero_payoff > 0 else 0.5 if hero_payoff == 0 else 0.0
+            for _, opponent_id in dict.fromkeys(opponents):
+                old = self.win_rates.get(opponent_id, 0.5)
+                self.win_rates[opponent_id] = self.win_rate_decay * old + (1 - self.win_rate_decay) * score
+            ids = [HERO_ID] + [opponent_id for _, opponent_id in opponents]
+            scores = [hero_payoff] + [rollout.outcome.get(a, 0.0) for a, _ in opponents]
+            self.pending.append((ids, scores))
+
+    def _bucket_of(self, agent_id: str) -> str:
+        kind = next((c.kind for c in self.candidates if c.id == agent_id), "checkpoint")
+        return "baseline" if kind == "baseline" else "checkpoint"
+
+    def drain(self) -> tuple[list[tuple[list[str], list[float]]], list[str], list[tuple[str, float]]]:
+        """This batch's match results, opponent buckets and (opponent type, hero payoff) pairs."""
+        out = (self.pending, self.step_buckets, self.step_results)
+        self.pending, self.step_buckets, self.step_results = [], [], []
+        return out
+
+    # ---- checkpointed state -------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "matchmaker": self.matchmaker.state_dict(),
+            "win_rates": dict(self.win_rates),
+            "rotation": dict(self.rotation),
+            "coverage": self.coverage.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.matchmaker.load_state_dict(state["matchmaker"])
+        self.win_rates = dict(state["win_rates"])
+        self.rotation = defaultdict(int, state["rotation"])
+        self.coverage.load_state_dict(state["coverage"])

@@ -1,0 +1,80 @@
+"""League training end to end on the tiny model: the schedule, the background evaluator, the
+registry, and a run killed with SIGKILL that resumes with the same league and matchmaker state."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from sp_lightning.cli import main
+from sp_lightning.league.registry import LeagueRegistry
+
+CONFIGS = os.path.join(os.path.dirname(__file__), "..", "configs")
+EPISODES = 8
+
+
+def _overlay(root):
+    path = root / "overlay.yaml"
+    path.write_text(
+        f"trainer:\n  val_check_interval: 100\n  default_root_dir: {root}\n  logger:\n"
+        f"    class_path: lightning.pytorch.loggers.TensorBoardLogger\n    init_args: {{save_dir: {root}, name: tb}}\n"
+        f"  callbacks:\n    - class_path: sp_lightning.league.LeagueCallback\n      init_args:\n"
+        f"        dir: {root / 'league'}\n        schedule: {{recent_every: 2, recent_window: 4, anchor_every: 6}}\n"
+        f"        evaluator: {{every: 4, games_per_seat: 4}}\n"
+        f"    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {root / 'ckpt'}, filename: last, every_n_train_steps: 2, enable_version_counter: false}}\n"
+        f"model:\n  policy:\n    tiny: {{hidden_size: 64, heads: 2}}\n"
+        f"data:\n  episodes_per_batch: {EPISODES}\n  eval: {{games: 4}}\n"
+    )
+    return ["--config", os.path.join(CONFIGS, "tictactoe_league_tiny.yaml"), "--config", str(path)]
+
+
+def _step(ckpt):
+    try:
+        return torch.load(ckpt, weights_only=False)["global_step"]
+    except Exception:  # not there yet, or being written
+        return -1
+
+
+def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
+    args = _overlay(tmp_path)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    proc = subprocess.Popen([sys.executable, "-m", "sp_lightning.cli", "fit", *args, "--trainer.max_steps", "40"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 300
+    while _step(last) < 6 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    ckpt = torch.load(last, weights_only=False)
+    killed_at = ckpt["global_step"]
+    assert 6 <= killed_at < 40
+    league_state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("LeagueCallback"))["registry"]
+    matchmaker = ckpt["SelfPlayDataModule"]["opponents"]["matchmaker"]["bucket_counts"]
+    assert sum(matchmaker.values()) == EPISODES * killed_at
+
+    end = killed_at + 4
+    main(["fit", *args, "--trainer.max_steps", str(end), "--ckpt_path", str(last)])
+    resumed = torch.load(last, weights_only=False)
+    assert resumed["global_step"] == end and resumed["SelfPlayDataModule"]["batches_played"] == end
+    counts = resumed["SelfPlayDataModule"]["opponents"]["matchmaker"]["bucket_counts"]
+    assert sum(counts.values()) == EPISODES * end, "the matchmaker's statistics continued, not restarted"
+
+    final = LeagueRegistry(tmp_path / "league" / "league.json").read()
+    before = [m for m in final.matches if m.step is not None and m.step <= killed_at]
+    assert [m.to_dict() for m in before] == [m for m in league_state["matches"]], "the league as checkpointed"
+    # exactly the checkpoints the schedule names: recent (every 2, last 4 steps), anchors (every 6), elites
+    expected = {s for s in range(2, end + 1, 2) if end - s < 4} | {s for s in range(6, end + 1, 6)}
+    elites = {a.step for a in final.agents.values() if "elite" in a.tags}
+    steps = {a.step for a in final.agents.values() if a.type == "checkpoint"}
+    assert steps == expected | elites
+    for agent in final.agents.values():
+        if agent.type == "checkpoint":
+            assert os.path.isfile(os.path.join(agent.adapter_path, "adapter_config.json"))
+    assert any(m.source == "eval" for m in final.matches), "the background evaluator recorded its games"
+    assert {"base_model", "random_bot", "chaos_bot", "hero"} <= set(final.agents)
+    json.loads((tmp_path / "league" / "league.json").read_text())  # valid JSON on disk
