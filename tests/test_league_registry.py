@@ -48,6 +48,9 @@ def test_round_trip_of_agents_and_matches(tmp_path):
                                            recorded[0].created_at)
     assert again.metadata["next_match_id"] == 2 and again.metadata["run_name"] == "test"
     assert json.loads((tmp_path / "league.json").read_text())["schema_version"] == 1
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert (tmp_path / "league.json").stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's 0600
 
     snap = reg.snapshot_dict()
     other = LeagueRegistry(tmp_path / "restored.json")

@@ -34,7 +34,7 @@ def ranks_from_scores(scores: list[float]) -> list[int]:
 
 
 def elo_expected(a: float, b: float) -> float:
-    """Expected score of a player rated ``a`` against one rated ``b``: ``1 / (1 + 10^((b-a)/400))``."""
+    """Expected score of rating ``a`` against rating ``b``: ``1 / (1 + 10^((b - a) / 400))``."""
     return 1.0 / (1.0 + 10.0 ** ((b - a) / 400.0))
 
 
@@ -67,8 +67,8 @@ def elo_update(ratings: list[float], scores: list[float], k: float = 32.0) -> li
 
 @dataclass
 class TrueSkillRatings:
-    """TrueSkill with its own environment; ``beta`` and ``tau`` default to ``sigma/2`` and ``sigma/100``
-    (the package's defaults)."""
+    """TrueSkill with an environment of its own; ``beta`` and ``tau`` default to ``sigma/2``
+    and ``sigma/100`` (the package's defaults)."""
 
     mu: float = 25.0
     sigma: float = 25.0 / 3.0
@@ -101,12 +101,14 @@ class TrueSkillRatings:
         """New ``(mu, sigma)`` of every player, teams in the given order; rank 0 is the best team
         and equal ranks are a draw between those teams."""
         if len(ranks) != len(teams):
-            raise ValueError(f"need one rank per team, got {len(teams)} teams and {len(ranks)} ranks")
+            raise ValueError(
+                f"need one rank per team, got {len(teams)} teams and {len(ranks)} ranks")
         rated = self.env.rate(self._groups(teams), ranks=list(ranks))
         return [[(float(r.mu), float(r.sigma)) for r in team] for team in rated]
 
     def win_probability(self, a: Rating, b: Rating) -> float:
-        """P(a beats b) for two players: ``Phi((mu_a - mu_b) / sqrt(2 beta^2 + sigma_a^2 + sigma_b^2))``."""
+        """P(a beats b) for two players:
+        ``Phi((mu_a - mu_b) / sqrt(2 beta^2 + sigma_a^2 + sigma_b^2))``."""
         denom = math.sqrt(2.0 * self.beta**2 + a[1] ** 2 + b[1] ** 2)
         return float(self.env.cdf((a[0] - b[0]) / denom))
 

@@ -16,7 +16,7 @@ moment. So:
   can lose a write that reached the page cache.
 
 What a kill leaves: the state of the last finished transaction, plus at most a stray
-``<name>.*.tmp`` that the next writer deletes. Only the transaction that was running is lost.
+``<name>.<uuid>.tmp`` that the next writer deletes. Only the transaction that was running is lost.
 
 Schema (``schema_version`` 1; a newer version is refused, not guessed at)::
 
@@ -37,9 +37,9 @@ import json
 import logging
 import math
 import os
-import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -76,7 +76,8 @@ def _to_dict(record: Any) -> dict[str, Any]:
 
 @dataclass
 class AgentRecord:
-    """One league member; ``policy`` is a policy spec (``"bot:random"``, ``"checkpoint:ckpt-000100"``)."""
+    """One league member; ``policy`` is a policy spec such as ``"bot:random"`` or
+    ``"checkpoint:ckpt-000100"``; ``parent`` is the agent it was trained from."""
 
     id: str
     type: str
@@ -94,7 +95,8 @@ class AgentRecord:
 
     def __post_init__(self) -> None:
         if self.type not in AGENT_TYPES:
-            raise ValueError(f"agent {self.id!r}: type must be one of {AGENT_TYPES}, got {self.type!r}")
+            raise ValueError(
+                f"agent {self.id!r}: type must be one of {AGENT_TYPES}, got {self.type!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
@@ -147,8 +149,10 @@ class LeagueState:
             raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if version != SCHEMA_VERSION:
-            hint = " (written by a newer sp_lightning; upgrade)" if isinstance(version, int) and version > SCHEMA_VERSION else ""
-            raise ValueError(f"{where}: schema_version {version!r} is not supported, expected {SCHEMA_VERSION}{hint}")
+            newer = isinstance(version, int) and version > SCHEMA_VERSION
+            raise ValueError(
+                f"{where}: schema_version {version!r} is not supported, expected {SCHEMA_VERSION}"
+                + (" (written by a newer sp_lightning; upgrade it)" if newer else ""))
         agents = data.get("agents", {})
         return cls(metadata=dict(data.get("metadata", {})),
                    agents=dict(zip(agents, _records(AgentRecord, agents.values()))),
@@ -156,7 +160,8 @@ class LeagueState:
 
 
 class LeagueRegistry:
-    """The league file at ``path``; every method is one short locked transaction (or a lock-free read)."""
+    """The league file at ``path``; each method is one short locked transaction or a lock-free
+    read. ``lock_timeout`` (seconds) bounds the wait for another process's transaction."""
 
     def __init__(self, path: str | os.PathLike[str], run_name: str = "", max_history: int = 20000,
                  trueskill: TrueSkillRatings | None = None, elo_k: float = 32.0,
@@ -180,7 +185,8 @@ class LeagueRegistry:
         if self._lock_pid != os.getpid():  # a forked child gets a lock of its own
             # a short poll interval: the lock is held for milliseconds, 8 waiting processes
             # polling at the default 50 ms would leave it idle most of the time
-            self._lock = FileLock(self.path + ".lock", timeout=self.lock_timeout, poll_interval=0.002)
+            self._lock = FileLock(self.path + ".lock", timeout=self.lock_timeout,
+                                  poll_interval=0.002)
             self._lock_pid = os.getpid()
         return self._lock
 
@@ -204,7 +210,8 @@ class LeagueRegistry:
                            "agents": {k: a.__dict__ for k, a in state.agents.items()},
                            "matches": [m.__dict__ for m in state.matches]},
                           separators=(",", ":"), allow_nan=False, check_circular=False)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(self.path) + ".", suffix=".tmp")
+        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"  # not mkstemp: that would make the file 0600
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -233,7 +240,7 @@ class LeagueRegistry:
             self._local.active = True
             try:
                 # anything matching our temp names now is left by a writer that was killed
-                for stale in glob.glob(glob.escape(self.path) + ".*.tmp"):
+                for stale in glob.glob(glob.escape(self.path) + "." + "[0-9a-f]" * 32 + ".tmp"):
                     with contextlib.suppress(OSError):
                         os.unlink(stale)
                 state = self.read()
@@ -255,7 +262,8 @@ class LeagueRegistry:
         with self.transaction() as state:
             if record.id in state.agents:
                 if not exist_ok:
-                    raise ValueError(f"agent {record.id!r} is already in the league (pass exist_ok=True to keep it)")
+                    raise ValueError(f"agent {record.id!r} is already in the league "
+                                     "(pass exist_ok=True to keep the existing one)")
                 return state.agents[record.id]
             state.agents[record.id] = record
             return record
@@ -280,7 +288,8 @@ class LeagueRegistry:
         names = {f.name for f in dataclasses.fields(AgentRecord)} - {"id"}
         unknown = sorted(set(fields) - names)
         if unknown:
-            raise ValueError(f"update_agent: no fields {unknown}; settable fields are {sorted(names)}")
+            raise ValueError(
+                f"update_agent: no fields {unknown}; settable fields are {sorted(names)}")
         with self.transaction() as state:
             record = dataclasses.replace(self._require(state, agent_id), **fields)
             state.agents[agent_id] = record
@@ -300,9 +309,10 @@ class LeagueRegistry:
         the other entries are rated among themselves."""
         with self.transaction() as state:
             for agent_ids, scores in matches:
-                if len(agent_ids) != len(scores) or len(agent_ids) < 2 or not all(map(math.isfinite, scores)):
-                    raise ValueError(f"a match needs at least 2 agents and one finite score per agent, "
-                                     f"got agents {agent_ids} and scores {scores}")
+                finite = all(map(math.isfinite, scores))
+                if len(agent_ids) != len(scores) or len(agent_ids) < 2 or not finite:
+                    raise ValueError("a match needs at least 2 agents and one finite score per "
+                                     f"agent, got agents {agent_ids} and scores {scores}")
                 for agent_id in agent_ids:
                     self._require(state, agent_id)
             now, out = time.time(), []
@@ -329,7 +339,8 @@ class LeagueRegistry:
         records = [state.agents[match.agents[k]] for k in rated]
         scores = [match.scores[k] for k in rated]
         try:
-            new = self.trueskill.rate([[(r.mu, r.sigma)] for r in records], ranks_from_scores(scores))
+            new = self.trueskill.rate([[(r.mu, r.sigma)] for r in records],
+                                      ranks_from_scores(scores))
         except FloatingPointError as e:  # the package gives up on very unlikely outcomes
             log.warning("match %d: TrueSkill update skipped (%s)", match.id, e)
             new = [[(r.mu, r.sigma)] for r in records]
@@ -355,4 +366,5 @@ class LeagueRegistry:
         file held, including other processes' updates since the snapshot, is overwritten."""
         restored = LeagueState.from_dict(data, where="restored league state")
         with self.transaction() as state:
-            state.metadata, state.agents, state.matches = restored.metadata, restored.agents, restored.matches
+            state.metadata = restored.metadata
+            state.agents, state.matches = restored.agents, restored.matches
