@@ -9,8 +9,19 @@
 - ``evaluator``: the background tournament process, reading adapters from disk.
 """
 
-from sp_lightning.league.callbacks import CheckpointSchedule, EvaluatorSettings, LeagueCallback
-from sp_lightning.league.matchmaking import MatchmakingSettings
-from sp_lightning.league.sampler import LeagueSampler
+import importlib
+
+_EXPORTS = {
+    "CheckpointSchedule": "callbacks", "EvaluatorSettings": "callbacks", "LeagueCallback": "callbacks",
+    "MatchmakingSettings": "matchmaking", "LeagueSampler": "sampler",
+}
+
+
+def __getattr__(name: str):
+    """Lazy exports: the evaluator process and the registry need no Lightning import."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"sp_lightning.league.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'sp_lightning.league' has no attribute {name!r}")
+
 
 __all__ = ["CheckpointSchedule", "EvaluatorSettings", "LeagueCallback", "LeagueSampler", "MatchmakingSettings"]
