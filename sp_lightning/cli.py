@@ -64,7 +64,7 @@ def evaluate_main(args: list[str]) -> dict:
     import torch
 
     from sp_lightning.evaluation.matches import evaluate
-    from sp_lightning.module import learner_exploitability
+    from sp_lightning.evaluation.strategy import policy_exploitability
     from sp_lightning.types import PolicyRef
 
     parser = argparse.ArgumentParser(prog="sp-lightning evaluate", description=evaluate_main.__doc__)
@@ -106,7 +106,7 @@ def evaluate_main(args: list[str]) -> dict:
         entry = {**result.as_metrics(game.name), "games": result.games}
         print(f"{game.name}: {ours.checkpoint or 'untrained'} vs {opponent}, seed {ours.seed}: {result.summary()}")
         if ours.exploitability:
-            exploit = learner_exploitability(worker, game)
+            exploit = policy_exploitability(worker, game)
             if exploit is not None:
                 entry[f"{game.name}/exploitability"] = exploit.exploitability
                 entry[f"{game.name}/legal_mass"] = exploit.legal_mass_mean

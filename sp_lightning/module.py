@@ -292,7 +292,9 @@ class SelfPlayModule(L.LightningModule):
         metrics = result.as_metrics(f"val/{game.name}")
         line = f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}"
         if dm.eval.exploitability:
-            exploit = learner_exploitability(dm.worker, game)
+            from sp_lightning.evaluation.strategy import policy_exploitability
+
+            exploit = policy_exploitability(dm.worker, game)
             if exploit is not None:
                 metrics[f"val/{game.name}/exploitability"] = exploit.exploitability
                 metrics[f"val/{game.name}/legal_mass"] = exploit.legal_mass_mean
@@ -312,14 +314,3 @@ class SelfPlayModule(L.LightningModule):
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
 
-
-def learner_exploitability(worker, game, policy=None):
-    """The exploitability of ``policy`` (the learner by default) in ``game``, or None when the
-    game has no exploitability computation (see ``sp_lightning.evaluation.exploitability``)."""
-    from sp_lightning.evaluation.exploitability import EXPLOITABILITY
-    from sp_lightning.evaluation.strategy import model_action_probs
-    from sp_lightning.types import LEARNER
-
-    if game.name not in EXPLOITABILITY or game.env_kwargs.get("num_hands", 1) != 1:
-        return None
-    return EXPLOITABILITY[game.name](model_action_probs(worker, policy or LEARNER, game.prompt_template))

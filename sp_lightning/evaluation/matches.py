@@ -86,24 +86,9 @@ def as_policy(spec: str | PolicyRef) -> PolicyRef:
     return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
 
 
-def evaluate(
-    worker: RolloutWorker | None,
-    game: GameSettings,
-    *,
-    policy: str | PolicyRef = LEARNER,
-    opponent: str | PolicyRef | Sequence[str | PolicyRef] = "bot:random",
-    games_per_seat: int = 100,
-    sampling: SamplingSettings | None = None,
-    seed: int = 12345,
-    env_overrides: dict | None = None,
-) -> EvalResult:
-    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat.
-
-    ``opponent`` is one policy for every other seat, or one per other seat (in seat order).
-    """
-    result, _ = play(worker, game, policy=policy, opponent=opponent, games_per_seat=games_per_seat,
-                     sampling=sampling, seed=seed, env_overrides=env_overrides)
-    return result
+def evaluate(worker: RolloutWorker | None, game: GameSettings, **kwargs) -> EvalResult:
+    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat (see :func:`play`)."""
+    return play(worker, game, **kwargs)[0]
 
 
 def play(
@@ -117,7 +102,11 @@ def play(
     seed: int = 12345,
     env_overrides: dict | None = None,
 ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
-    """:func:`evaluate`, also returning ``(policy's seat, rollout)`` of every game (for ratings)."""
+    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat; the result and
+    ``(policy's seat, rollout)`` of every game (for ratings).
+
+    ``opponent`` is one policy for every other seat, or one per other seat (in seat order).
+    """
     from envs import BOTS
 
     hero = as_policy(policy)

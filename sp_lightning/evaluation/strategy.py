@@ -13,7 +13,7 @@ import math
 
 from sp_lightning.evaluation.exploitability import ActionProbs
 from sp_lightning.prompts import PromptTemplate
-from sp_lightning.types import ModelRequest, PolicyRef
+from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
 
 
 def model_action_probs(worker, policy: PolicyRef, template: PromptTemplate, role: str = "player") -> ActionProbs:
@@ -31,3 +31,13 @@ def model_action_probs(worker, policy: PolicyRef, template: PromptTemplate, role
         return [{move: math.exp(lp) for move, lp in zip(legal, row)} for (_, legal), row in zip(items, rows)]
 
     return action_probs
+
+
+def policy_exploitability(worker, game, policy: PolicyRef = LEARNER):
+    """The exploitability of ``policy`` in ``game`` (a GameSettings), or None when the game has no
+    exploitability computation (see ``sp_lightning.evaluation.exploitability.EXPLOITABILITY``)."""
+    from sp_lightning.evaluation.exploitability import EXPLOITABILITY
+
+    if game.name not in EXPLOITABILITY or game.env_kwargs.get("num_hands", 1) != 1:
+        return None
+    return EXPLOITABILITY[game.name](model_action_probs(worker, policy, game.prompt_template))

@@ -30,7 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,8 +180,6 @@ class LeagueCallback(L.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         matches, buckets, results = self.sampler.drain()
-        with self.registry.transaction() as state:  # the step's games and the hero's step, at once
-            state.agents[HERO_ID].step = step
         if matches:
             self.registry.record_matches(matches, step=step, source="train")
         metrics = self._mix_and_results(buckets, results)
@@ -192,13 +190,13 @@ class LeagueCallback(L.Callback):
             self._start_evaluator(trainer, pl_module, step)
         if self.exploitability_every and step % self.exploitability_every == 0:
             metrics.update(self._exploitability(trainer))
-        metrics.update(self._refresh())
+        metrics.update(self._refresh(step))
         pl_module.log_dict(metrics, batch_size=1)
 
     def _mix_and_results(self, buckets: list[str], results: list[tuple[str, float]]) -> dict[str, float]:
         metrics = {}
-        for bucket in set(buckets):
-            metrics[f"league/mix/{bucket}"] = buckets.count(bucket) / len(buckets)
+        for bucket, count in Counter(buckets).items():
+            metrics[f"league/mix/{bucket}"] = count / len(buckets)
         payoffs: dict[str, list[float]] = defaultdict(list)
         for kind, payoff in results:
             payoffs[kind].append(payoff)
@@ -208,7 +206,9 @@ class LeagueCallback(L.Callback):
         return metrics
 
     def _promote_and_prune(self, trainer, step: int) -> None:
-        hero = self.registry.get(HERO_ID)
+        league = self.registry.read().agents
+        checkpoints = [a for a in league.values() if a.type == "checkpoint"]
+        hero = league[HERO_ID]
         rating = hero.mu
         new_best = self.best_hero_rating is not None and rating > self.best_hero_rating + self.schedule.elite_margin
         tags = self.schedule.tags(step, new_best)
@@ -217,7 +217,8 @@ class LeagueCallback(L.Callback):
             path = os.path.join(self.dir, "adapters", agent_id)
             trainer.lightning_module.model.save_pretrained(path, selected_adapters=["default"])
             trainer.lightning_module.tokenizer.save_pretrained(path)
-            parent = max(self.registry.agents(type="checkpoint"), key=lambda a: a.step, default=None)
+            parent = max(checkpoints, key=lambda a: a.step, default=None)
+            self.registry.update_agent(HERO_ID, step=step)
             self.registry.add_agent(AgentRecord(
                 id=agent_id, type="checkpoint", policy=f"checkpoint:{agent_id}", adapter_path=path, step=step,
                 parent=parent.id if parent else None, tags=tags, mu=hero.mu, sigma=hero.sigma, elo=hero.elo,
@@ -227,7 +228,7 @@ class LeagueCallback(L.Callback):
             if self.best_hero_rating is None or new_best:
                 self.best_hero_rating = rating
             self._event(trainer, f"step {step}: {agent_id} added ({', '.join(tags)}), rating {rating:.2f}")
-        for agent in self.registry.agents(type="checkpoint"):
+        for agent in checkpoints:
             if not self.schedule.keeps(agent.step, agent.tags, step):
                 self.registry.remove_agent(agent.id)
                 trainer.datamodule.worker.forget_adapter(agent.id)
@@ -245,12 +246,12 @@ class LeagueCallback(L.Callback):
                 keep.append((pruned_at, path))
         self.pruned = keep
 
-    def _refresh(self) -> dict[str, float]:
+    def _refresh(self, step: int | None = None) -> dict[str, float]:
         """A fresh league view for the sampler, and the ratings to log."""
         state = self.registry.read()
         hero = state.agents[HERO_ID]
         members = list(state.agents.values())
-        self.sampler.refresh(members, hero)
+        self.sampler.refresh(members, hero, step)
         metrics = {"league/hero/mu": hero.mu, "league/hero/sigma": hero.sigma, "league/hero/elo": hero.elo,
                    "league/hero/rating": self.trueskill.conservative(hero.mu, hero.sigma),
                    "league/checkpoints": float(sum(a.type == "checkpoint" for a in members))}
@@ -268,18 +269,19 @@ class LeagueCallback(L.Callback):
 
     # ---- background evaluator -----------------------------------------------------------------
     def _start_evaluator(self, trainer, pl_module, step: int) -> None:
-        checkpoints = sorted(self.registry.agents(type="checkpoint"), key=lambda a: a.step)
+        state = self.registry.read()
+        checkpoints = sorted((a for a in state.agents.values() if a.type == "checkpoint"), key=lambda a: a.step)
         if not checkpoints:
             return
         newest = checkpoints[-1]
-        best = self.registry.read().metadata.get("best_agent")
+        best = state.metadata.get("best_agent")
         gatekeepers = []
         for name in self.evaluator.gatekeepers:
             if name == "best":
                 name = best
             elif name == "recent":
                 name = checkpoints[-2].id if len(checkpoints) > 1 else None
-            if name and name != newest.id and name not in gatekeepers and self.registry.get(name):
+            if name and name != newest.id and name not in gatekeepers and name in state.agents:
                 gatekeepers.append(name)
         if not gatekeepers:
             return
@@ -322,9 +324,9 @@ class LeagueCallback(L.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.process is not None:  # let the last tournament land in the registry
-            pl_module_metrics = self._poll_evaluator(trainer, wait=True)
-            if trainer.logger is not None and pl_module_metrics:
-                trainer.logger.log_metrics(pl_module_metrics, step=trainer.global_step)
+            metrics = self._poll_evaluator(trainer, wait=True)
+            if trainer.logger is not None and metrics:
+                trainer.logger.log_metrics(metrics, step=trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         if self.process is not None:
@@ -332,15 +334,15 @@ class LeagueCallback(L.Callback):
 
     # ---- exploitability -----------------------------------------------------------------------
     def _exploitability(self, trainer) -> dict[str, float]:
-        from sp_lightning.evaluation.exploitability import EXPLOITABILITY, mixture_exploitability
-        from sp_lightning.evaluation.strategy import model_action_probs
-        from sp_lightning.types import LEARNER, PolicyRef
+        from sp_lightning.evaluation.exploitability import mixture_exploitability
+        from sp_lightning.evaluation.strategy import model_action_probs, policy_exploitability
+        from sp_lightning.types import PolicyRef
 
         dm = trainer.datamodule
         game = dm.games[0]
-        if game.name not in EXPLOITABILITY:
+        hero = policy_exploitability(dm.worker, game)
+        if hero is None:
             return {}
-        hero = EXPLOITABILITY[game.name](model_action_probs(dm.worker, LEARNER, game.prompt_template))
         metrics = {"league/exploitability/hero": hero.exploitability,
                    "league/exploitability/hero_legal_mass": hero.legal_mass_mean}
         members = [model_action_probs(dm.worker, PolicyRef("checkpoint", a.id), game.prompt_template)

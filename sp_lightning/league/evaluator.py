@@ -51,12 +51,11 @@ def run(spec: dict) -> dict:
     import torch
 
     from sp_lightning.evaluation.matches import play
-    from sp_lightning.games import GameSettings
+    from sp_lightning.games import GameSettings, parse_policy
     from sp_lightning.league.registry import LeagueRegistry
     from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, load_policy
     from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
     from sp_lightning.rubric import RewardSettings
-    from sp_lightning.types import PolicyRef
 
     torch.set_num_threads(spec["threads"])
     p = dict(spec["policy"])
@@ -82,8 +81,8 @@ def run(spec: dict) -> dict:
     start = time.perf_counter()
     for gatekeeper_id in [g for g in spec["gatekeepers"] if g in present]:
         gatekeeper = league[gatekeeper_id]
-        result, games = play(worker, game, policy=PolicyRef(*_split(agent.policy)),
-                             opponent=PolicyRef(*_split(gatekeeper.policy)),
+        result, games = play(worker, game, policy=parse_policy(agent.policy),
+                             opponent=parse_policy(gatekeeper.policy),
                              games_per_seat=spec["games_per_seat"], sampling=sampling, seed=spec["seed"],
                              env_overrides=spec["env_overrides"])
         matches = []
@@ -98,11 +97,6 @@ def run(spec: dict) -> dict:
                                              "legal_move_rate": result.legal_move_rate, "games": result.games}
     summary["seconds"] = time.perf_counter() - start
     return summary
-
-
-def _split(spec: str) -> tuple[str, str]:
-    kind, _, name = spec.partition(":")
-    return kind, name
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -51,6 +51,7 @@ class LeagueSampler(OpponentSampler):
         self.candidates: list[Candidate] = []
         self.policy_ids: dict[str, str] = {}  # policy spec -> agent id
         self.policies: dict[str, PolicyRef] = {}  # agent id -> policy
+        self.kinds: dict[str, str] = {}  # agent id -> league type
         self.win_rates: dict[str, float] = {}  # EMA of the hero's score (1 win, 0.5 draw) per opponent
         self.rotation: dict[str, int] = defaultdict(int)
         self.pending: list[tuple[list[str], list[float]]] = []  # match results for the ratings
@@ -58,10 +59,13 @@ class LeagueSampler(OpponentSampler):
         self.step_results: list[tuple[str, float]] = []  # (bucket, hero payoff) of this batch
 
     # ---- the league view (from the callback) --------------------------------------------------
-    def refresh(self, agents: list, hero) -> None:
-        """A fresh view of the league: ``agents`` are registry AgentRecords, ``hero`` the hero's."""
-        self.hero = HeroInfo(step=hero.step or 0, elo=hero.elo, mu=hero.mu, sigma=hero.sigma)
+    def refresh(self, agents: list, hero, step: int | None = None) -> None:
+        """A fresh view of the league: ``agents`` are registry AgentRecords, ``hero`` the hero's,
+        ``step`` the training step (the hero record's own step when not given)."""
+        step = hero.step if step is None else step
+        self.hero = HeroInfo(step=step or 0, elo=hero.elo, mu=hero.mu, sigma=hero.sigma)
         self.policy_ids = {a.policy: a.id for a in agents}
+        self.kinds = {a.id: a.type for a in agents}
         self.policies = {a.id: parse_policy(a.policy) for a in agents if a.type != "learner"}
         self.candidates = [
             Candidate(
@@ -124,8 +128,7 @@ class LeagueSampler(OpponentSampler):
             self.pending.append((ids, scores))
 
     def _bucket_of(self, agent_id: str) -> str:
-        kind = next((c.kind for c in self.candidates if c.id == agent_id), "checkpoint")
-        return "baseline" if kind == "baseline" else "checkpoint"
+        return "baseline" if self.kinds.get(agent_id) == "baseline" else "checkpoint"
 
     def drain(self) -> tuple[list[tuple[list[str], list[float]]], list[str], list[tuple[str, float]]]:
         """This batch's match results, opponent buckets and (opponent type, hero payoff) pairs."""
