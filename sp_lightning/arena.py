@@ -186,6 +186,7 @@ def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
                         reward=step_return(rollout, step),
                         action_mask=[1] * len(c.completion_ids),
                         policy_version=c.policy_version,
+                        legal_actions=step.info.get("legal_actions") or None,
                     )
                 )
     return records

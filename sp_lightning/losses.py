@@ -76,12 +76,60 @@ def token_entropy(logits: Tensor) -> Tensor:
     """Entropy of ``softmax(logits)`` over the last (vocabulary) dim: ``(B, T, V) -> (B, T)``.
 
     Computed in float32 from ``log_softmax``; vocabulary entries with ``-inf`` logits (banned
-    tokens) contribute 0, not NaN. Meant for diagnostics, so call it under ``torch.no_grad()``.
+    tokens) contribute 0, not NaN. Differentiable: the entropy bonus trains through it.
     """
     logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     p = logp.exp()  # (B, T, V)
     plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))  # (B, T, V)
     return -plogp.sum(-1)  # (B, T)
+
+
+def legal_move_entropy(logits: Tensor, first_position: Tensor, legal_mask: Tensor) -> Tensor:
+    """Token entropy where each row's first completion token is scored over its legal moves only.
+
+    ``logits`` ``(B, T, V)``; ``first_position`` ``(B,)`` the column of each row's first
+    completion token; ``legal_mask`` ``(B, V)`` True on the tokens that start a legal move (all
+    True for a row whose legal moves are unknown: its entropy is then the vocabulary's).
+    Returns ``(B, T)``: at ``first_position`` the entropy of softmax restricted to the legal
+    tokens, elsewhere the vocabulary entropy of :func:`token_entropy`.
+
+    Why: an entropy bonus over the whole vocabulary is maximised by spreading mass over the
+    hundreds of illegal tokens, so a coefficient large enough to keep the moves mixed also
+    teaches illegal moves. Over the legal moves it is ``log(n) - KL(pi_legal || uniform)``: the
+    uniform-magnet term of magnetic mirror descent, which keeps the last iterate of zero-sum
+    self-play mixed without touching legality (the invalid-move penalty teaches that).
+    """
+    entropy = token_entropy(logits)  # (B, T)
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    first = logits[rows, first_position].float()  # (B, V)
+    # a large finite fill, not -inf: -inf would make the masked-out branch's gradient NaN
+    logp = torch.log_softmax(first.masked_fill(~legal_mask, -1e9), dim=-1)  # (B, V)
+    plogp = torch.where(legal_mask, logp.exp() * logp, torch.zeros_like(logp))  # (B, V)
+    legal_entropy = -plogp.sum(-1)  # (B,)
+    at_first = torch.zeros_like(entropy, dtype=torch.bool)  # (B, T)
+    at_first[rows, first_position] = True
+    return torch.where(at_first, legal_entropy.unsqueeze(-1).to(entropy.dtype), entropy)
+
+
+def legal_magnet_kl(logits: Tensor, first_position: Tensor, legal_mask: Tensor) -> Tensor:
+    """``KL(uniform over the legal moves || pi)`` at each row's first completion token: ``(B,)``.
+
+    ``logits`` ``(B, T, V)``, ``first_position`` ``(B,)``, ``legal_mask`` ``(B, V)`` as in
+    :func:`legal_move_entropy`. Equal to ``-log(n) - mean_{a legal} log pi(a)``, 0 exactly when
+    the policy is uniform over the ``n`` legal moves.
+
+    Why this direction of the KL: magnetic mirror descent pulls the policy toward a magnet
+    (uniform over legal actions here) so that the last iterate of zero-sum self-play converges to
+    a regularised equilibrium instead of cycling. The forward ``KL(pi || magnet)`` is infinite as
+    soon as any mass sits on an illegal token; this one is finite, and its gradient on the logits,
+    ``pi - uniform``, does not vanish when the policy is saturated on one token: a policy stuck on
+    an illegal answer (where the policy gradient's ``1 - pi`` goes to 0) is pulled back.
+    """
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    logp = torch.log_softmax(logits[rows, first_position].float(), dim=-1)  # (B, V)
+    n = legal_mask.sum(-1).clamp(min=1)  # (B,)
+    mean_legal_logp = torch.where(legal_mask, logp, torch.zeros_like(logp)).sum(-1) / n  # (B,)
+    return -torch.log(n.float()) - mean_legal_logp
 
 
 def policy_gradient_loss(

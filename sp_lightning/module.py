@@ -18,7 +18,9 @@ from dataclasses import dataclass
 import lightning as L
 import torch
 
-from sp_lightning.losses import gather_logprobs, policy_gradient_loss, token_entropy
+from sp_lightning.losses import (
+    gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
+)
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.types import TrainingRecord
 
@@ -47,6 +49,17 @@ class LossSettings:
     entropy_floor: float = 0.0
     """The annealed coefficient never goes below this: an entropy term that does not vanish keeps
     the last iterate of self-play in zero-sum games from collapsing onto a pure strategy."""
+    entropy_over: str = "vocabulary"
+    """vocabulary | legal_moves. "legal_moves" scores a move's first token over the game's legal
+    moves only (where each legal move is one distinct token, as with the tiny tokenizer; other
+    rows and tokens keep the vocabulary's entropy): the bonus then keeps the moves mixed without
+    pushing mass onto illegal tokens (see losses.legal_move_entropy)."""
+    magnet_coef: float = 0.0
+    """Weight of KL(uniform over the legal moves || policy) at each move token (rows whose legal
+    moves are distinct single tokens; see losses.legal_magnet_kl). It does not anneal: it is the
+    magnet of magnetic mirror descent, which makes the last iterate of zero-sum self-play
+    converge (to an equilibrium regularised by this weight) and pulls a policy stuck on one
+    illegal answer back to the legal moves. 0 turns it off."""
 
     def entropy_coef_at(self, step: int) -> float:
         if not self.entropy_decay_steps:
@@ -54,6 +67,8 @@ class LossSettings:
         return max(self.entropy_floor, self.entropy_coef * max(0.0, 1.0 - step / self.entropy_decay_steps))
 
     def __post_init__(self):
+        if self.entropy_over not in ("vocabulary", "legal_moves"):
+            raise ValueError(f"loss.entropy_over: expected 'vocabulary' or 'legal_moves', got {self.entropy_over!r}")
         choices = ("token_mean", "sequence_mean", "constant")
         if self.aggregation not in choices:
             raise ValueError(f"loss.aggregation: expected one of {choices}, got {self.aggregation!r}")
@@ -172,6 +187,7 @@ class SelfPlayModule(L.LightningModule):
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.strict_loading = not self.uses_adapter
         self.rollout_worker = None
+        self._move_token_ids: dict[str, int | None] = {}
 
     def on_fit_start(self) -> None:
         if str(self.trainer.precision).startswith("16"):
@@ -238,13 +254,22 @@ class SelfPlayModule(L.LightningModule):
                 with torch.no_grad():
                     ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True)
             entropy_coef = s.entropy_coef_at(self.global_step)
-            entropy = token_entropy(logits if entropy_coef else logits.detach())  # (B, K)
+            moves = self._legal_moves(records[i : i + self.micro_batch_size], mb, logits.shape[-1])
+            if s.entropy_over == "legal_moves":
+                entropy = legal_move_entropy(logits if entropy_coef else logits.detach(), *moves)  # (B, K)
+            else:
+                entropy = token_entropy(logits if entropy_coef else logits.detach())  # (B, K)
             loss, diag = policy_gradient_loss(
                 logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask,
                 clip_low=s.clip_low, clip_high=s.clip_high, aggregation=s.aggregation,
                 num_tokens=num_tokens, num_sequences=len(records), max_length=s.max_length,
                 ref_logprobs=ref_logprobs, kl_coef=s.kl_coef, entropy=entropy, entropy_coef=entropy_coef,
             )
+            known = ~moves[1].all(-1)  # (B,) rows whose legal moves are known
+            magnet = legal_magnet_kl(logits, *moves) * known  # (B,)
+            diag["magnet_kl"] = masked_mean(magnet.detach(), known)
+            if s.magnet_coef:
+                loss = loss + s.magnet_coef * magnet.sum() / len(records)
             self.manual_backward(loss)
             weight = mb.loss_mask.sum().item() / max(num_tokens, 1)
             for key, value in diag.items():
@@ -273,6 +298,34 @@ class SelfPlayModule(L.LightningModule):
         self.log_dict(metrics, batch_size=len(records))
         self._log_rollout(batch.metrics)
         return None
+
+    def _legal_moves(self, records: list[TrainingRecord], mb: TrainBatch, vocab: int):
+        """(first_position (B,), legal_mask (B, V)) of a micro-batch: the column of each row's
+        first trained token, and the tokens of its legal moves (all True where unknown)."""
+        legal_mask = torch.ones(len(records), vocab, dtype=torch.bool, device=mb.loss_mask.device)
+        for row, record in enumerate(records):
+            ids = self._legal_token_ids(record.legal_actions)
+            if ids is not None:
+                legal_mask[row] = False
+                legal_mask[row, ids] = True
+        first_position = (mb.loss_mask != 0).float().argmax(-1)  # (B,)
+        return first_position, legal_mask
+
+    def _legal_token_ids(self, actions: list[str] | None) -> list[int] | None:
+        """The token of each legal move, or None unless every move is one token and they differ
+        (moves spelled over several tokens have no single choice point to score). One legal move
+        gives an entropy of 0 there: a forced move needs no exploring."""
+        if not actions:
+            return None
+        ids = []
+        for action in actions:
+            if action not in self._move_token_ids:
+                encoded = self.tokenizer.encode(action, add_special_tokens=False)
+                self._move_token_ids[action] = encoded[0] if len(encoded) == 1 else None
+            ids.append(self._move_token_ids[action])
+        if None in ids or len(set(ids)) < len(ids):
+            return None
+        return ids
 
     def _log_rollout(self, metrics: dict[str, float]) -> None:
         games = {k: v for k, v in metrics.items() if not k.startswith(("rollout/", "credit/"))}

@@ -120,3 +120,4 @@ class TrainingRecord:
     reward: float
     action_mask: list[int]  # 1 where a completion token is trained on
     policy_version: int = 0
+    legal_actions: list[str] | None = None  # the moves the game allowed here (for the entropy term)

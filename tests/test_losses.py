@@ -9,6 +9,8 @@ from torch.testing import assert_close
 from sp_lightning.losses import (
     AGGREGATIONS,
     gather_logprobs,
+    legal_magnet_kl,
+    legal_move_entropy,
     masked_mean,
     policy_gradient_loss,
     token_entropy,
@@ -306,3 +308,41 @@ def test_entropy_coef_anneals_linearly_to_zero():
     s = LossSettings(entropy_coef=0.2, entropy_decay_steps=100)
     assert [s.entropy_coef_at(t) for t in (0, 50, 100, 150)] == pytest.approx([0.2, 0.1, 0.0, 0.0])
     assert LossSettings(entropy_coef=0.2).entropy_coef_at(10_000) == 0.2
+
+
+def test_legal_move_entropy_scores_the_first_move_token_over_the_legal_moves_only():
+    """Row 0: legal tokens {1, 2} with logits [0, ln 2] at its first completion column (1) ->
+    probs [1/3, 2/3], H = ln 3 - (2/3) ln 2; its other column keeps the vocabulary entropy.
+    Row 1: legal moves unknown (all True) -> the vocabulary entropy everywhere. Row 2: one legal
+    move -> 0. Gradients are finite although illegal logits are masked out."""
+    logits = torch.randn(3, 2, 5)
+    logits[0, 1] = t([4.0, 0.0, LN2, 3.0, -2.0])
+    logits.requires_grad_(True)
+    legal = torch.zeros(3, 5, dtype=torch.bool)
+    legal[0, [1, 2]] = True
+    legal[1] = True
+    legal[2, 4] = True
+    entropy = legal_move_entropy(logits, torch.tensor([1, 0, 0]), legal)
+    vocab = token_entropy(logits)
+    assert_close(entropy[0, 1], torch.tensor(math.log(3.0) - (2.0 / 3.0) * LN2))
+    assert_close(entropy[0, 0], vocab[0, 0])
+    assert_close(entropy[1], vocab[1])
+    assert_close(entropy[2], torch.stack([torch.tensor(0.0), vocab[2, 1]]))
+    entropy.sum().backward()
+    assert torch.isfinite(logits.grad).all()
+    assert logits.grad[0, 1, [0, 3, 4]].abs().max() == 0  # illegal tokens get no push from the bonus
+
+
+def test_legal_magnet_kl_is_zero_at_uniform_over_the_legal_moves_and_never_saturates():
+    """KL(uniform over legal || pi) = -ln n - mean_legal log pi. Uniform over legal moves
+    (illegal logits very low) -> 0. A policy saturated on an illegal token (logit 30) has a large
+    KL and a gradient on the logits of pi - uniform: ~+1 on the illegal token, ~-1/2 on each of
+    the two legal ones, where the policy gradient's (1 - pi) would vanish."""
+    legal = torch.zeros(2, 4, dtype=torch.bool)
+    legal[:, [0, 1]] = True
+    uniform = t([[[0.0, 0.0, -60.0, -60.0]], [[0.0, 0.0, 30.0, 0.0]]]).requires_grad_(True)
+    kl = legal_magnet_kl(uniform, torch.tensor([0, 0]), legal)
+    assert_close(kl[0], torch.tensor(0.0), atol=1e-6, rtol=0)
+    assert kl[1] > 25
+    kl[1].backward()
+    assert_close(uniform.grad[1, 0], t([-0.5, -0.5, 1.0, 0.0]), atol=1e-6, rtol=0)

@@ -119,3 +119,50 @@ def test_gradient_checkpointing_switch_gives_the_same_gradients():
     assert grads[0].keys() == grads[1].keys() and grads[0]
     for name in grads[0]:
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4)
+
+
+def test_legal_move_token_ids_need_one_distinct_token_per_move(tiny_policy):
+    """The tiny tokenizer holds each move as one token; a move spelled over several tokens (or
+    unknown moves) gives None, and the loss then keeps the vocabulary entropy for that row."""
+    module = SelfPlayModule()
+    tok = module.tokenizer
+    assert module._legal_token_ids(["[0]", "[4]"]) == [tok.convert_tokens_to_ids("[0]"), tok.convert_tokens_to_ids("[4]")]
+    assert module._legal_token_ids(["[4]"]) == [tok.convert_tokens_to_ids("[4]")]
+    assert module._legal_token_ids(["raise the bet", "[4]"]) is None
+    assert module._legal_token_ids(None) is None and module._legal_token_ids([]) is None
+
+
+def test_magnet_pulls_mass_from_illegal_tokens_onto_the_legal_moves():
+    """Advantages 0, so only the magnet acts: a few steps of training_step's loss raise the
+    probability of the legal moves [0] and [4] at a prompt whose sampled answer was illegal."""
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])),
+                            loss=LossSettings(magnet_coef=1.0, entropy_over="legal_moves"))
+    tok = module.tokenizer
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Legal moves: [0] [4]"}],
+                                     add_generation_prompt=True, tokenize=True, return_dict=False)
+    record = _record(list(prompt), [tok.convert_tokens_to_ids("[7]")], adv=0.0)
+    record.legal_actions = ["[0]", "[4]"]
+    legal_ids = module._legal_token_ids(record.legal_actions)
+    batch = collate([record], tok.pad_token_id)
+    opt = torch.optim.Adam([p for p in module.model.parameters() if p.requires_grad], lr=1e-2)
+
+    def legal_mass():
+        with torch.no_grad():
+            _, logits = module.sequence_logprobs(batch)
+        return logits[0, -1].softmax(-1)[legal_ids].sum().item()
+
+    before = legal_mass()
+    from sp_lightning.losses import legal_magnet_kl
+
+    for _ in range(20):
+        _, logits = module.sequence_logprobs(batch)
+        first, legal = module._legal_moves([record], batch, logits.shape[-1])
+        legal_magnet_kl(logits, first, legal).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    assert legal_mass() > before + 0.3, (before, legal_mass())
+
+
+def test_loss_settings_check_entropy_over():
+    with pytest.raises(ValueError, match="loss.entropy_over"):
+        LossSettings(entropy_over="legal")
