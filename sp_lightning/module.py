@@ -246,29 +246,32 @@ class SelfPlayModule(L.LightningModule):
         # ---- loss over micro-batches, accumulated into one optimizer step ----
         totals: dict[str, float] = {}
         pad = self.tokenizer.pad_token_id
+        uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
         for i in range(0, len(records), self.micro_batch_size):
-            mb = collate(records[i : i + self.micro_batch_size], pad, self.max_train_tokens).to(self.device)
+            chunk = records[i : i + self.micro_batch_size]
+            mb = collate(chunk, pad, self.max_train_tokens).to(self.device)
             logprobs, logits = self.sequence_logprobs(mb)
             ref_logprobs = None
             if s.kl_coef > 0 and self.uses_adapter:
                 with torch.no_grad():
                     ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True)
             entropy_coef = s.entropy_coef_at(self.global_step)
-            moves = self._legal_moves(records[i : i + self.micro_batch_size], mb, logits.shape[-1])
+            entropy_logits = logits if entropy_coef else logits.detach()  # no graph for a diagnostic
+            moves = self._legal_moves(chunk, mb, logits.shape[-1]) if uses_legal_moves else None
             if s.entropy_over == "legal_moves":
-                entropy = legal_move_entropy(logits if entropy_coef else logits.detach(), *moves)  # (B, K)
+                entropy = legal_move_entropy(entropy_logits, *moves)  # (B, K)
             else:
-                entropy = token_entropy(logits if entropy_coef else logits.detach())  # (B, K)
+                entropy = token_entropy(entropy_logits)  # (B, K)
             loss, diag = policy_gradient_loss(
                 logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask,
                 clip_low=s.clip_low, clip_high=s.clip_high, aggregation=s.aggregation,
                 num_tokens=num_tokens, num_sequences=len(records), max_length=s.max_length,
                 ref_logprobs=ref_logprobs, kl_coef=s.kl_coef, entropy=entropy, entropy_coef=entropy_coef,
             )
-            known = ~moves[1].all(-1)  # (B,) rows whose legal moves are known
-            magnet = legal_magnet_kl(logits, *moves) * known  # (B,)
-            diag["magnet_kl"] = masked_mean(magnet.detach(), known)
             if s.magnet_coef:
+                known = ~moves[1].all(-1)  # (B,) rows whose legal moves are known
+                magnet = legal_magnet_kl(logits, *moves) * known  # (B,)
+                diag["magnet_kl"] = masked_mean(magnet.detach(), known)
                 loss = loss + s.magnet_coef * magnet.sum() / len(records)
             self.manual_backward(loss)
             weight = mb.loss_mask.sum().item() / max(num_tokens, 1)

@@ -64,18 +64,25 @@ def _records(cls: type, items: Iterable[dict[str, Any]]) -> list[Any]:
         raise ValueError(f"{cls.__name__}: expected keys among {names} ({e})") from e
 
 
-def _to_dict(record: Any) -> dict[str, Any]:
-    """A shallow copy with list and dict fields copied (``dataclasses.asdict`` deep-copies
-    every value and was most of a transaction's time)."""
-    out = dict(record.__dict__)
-    for key, value in out.items():
-        if isinstance(value, (list, dict)):
-            out[key] = value.copy()
-    return out
+class _Record:
+    """JSON round trip of a registry dataclass."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A shallow copy with list and dict fields copied (``dataclasses.asdict`` deep-copies
+        every value and was most of a transaction's time)."""
+        out = dict(self.__dict__)
+        for key, value in out.items():
+            if isinstance(value, (list, dict)):
+                out[key] = value.copy()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        return _records(cls, [data])[0]
 
 
 @dataclass
-class AgentRecord:
+class AgentRecord(_Record):
     """One league member; ``policy`` is a policy spec such as ``"bot:random"`` or
     ``"checkpoint:ckpt-000100"``; ``parent`` is the agent it was trained from."""
 
@@ -98,16 +105,9 @@ class AgentRecord:
             raise ValueError(
                 f"agent {self.id!r}: type must be one of {AGENT_TYPES}, got {self.type!r}")
 
-    def to_dict(self) -> dict[str, Any]:
-        return _to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AgentRecord:
-        return _records(cls, [data])[0]
-
 
 @dataclass
-class MatchRecord:
+class MatchRecord(_Record):
     """One played match: ``agents[k]`` (one per team or seat) got payoff ``scores[k]``."""
 
     id: int
@@ -116,13 +116,6 @@ class MatchRecord:
     agents: list[str]
     scores: list[float]
     created_at: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return _to_dict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> MatchRecord:
-        return _records(cls, [data])[0]
 
 
 @dataclass
