@@ -73,4 +73,12 @@ class ChaosBot:
     __call__ = act
 
 
-BOTS = {"random": RandomBot, "chaos": ChaosBot}
+def _bots() -> dict[str, type]:
+    from .tictactoe import TacticalBot  # game-specific bots live with their game
+
+    return {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot}
+
+
+BOTS = _bots()
+"""``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
+play only that game."""

@@ -78,3 +78,16 @@ def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
     assert any(m.source == "eval" for m in final.matches), "the background evaluator recorded its games"
     assert {"base_model", "random_bot", "chaos_bot", "hero"} <= set(final.agents)
     json.loads((tmp_path / "league" / "league.json").read_text())  # valid JSON on disk
+
+
+def test_baselines_are_the_default_ids_or_any_registered_bot():
+    import pytest
+
+    from sp_lightning.league import LeagueCallback
+    from sp_lightning.league.callbacks import baseline_policy
+
+    assert baseline_policy("random_bot") == "bot:random"
+    assert baseline_policy("base_model") == "base"
+    assert baseline_policy("tictactoe_tactical_bot") == "bot:tictactoe_tactical"
+    with pytest.raises(ValueError, match="league.baselines: expected ids among .*tictactoe_tactical_bot.*got 'rnadom_bot'"):
+        LeagueCallback(dir="unused", baselines=["random_bot", "rnadom_bot"])

@@ -137,3 +137,47 @@ def test_settings_are_used_and_the_global_environment_is_left_alone():
     assert narrow > wide > 0.5
     with pytest.raises(ValueError, match="draw_probability"):
         TrueSkillRatings(draw_probability=1.0)
+
+
+def test_pool_matches_sums_payoffs_per_block_of_the_same_agents():
+    from sp_lightning.league.ratings import pool_matches
+
+    games = [(["hero", "random_bot"], [2.0, -2.0]), (["random_bot", "hero"], [1.0, -1.0]),
+             (["hero", "ckpt-1"], [1.0, -1.0]), (["hero", "random_bot"], [-1.0, 1.0]),
+             (["hero", "random_bot"], [2.0, -2.0])]
+    assert pool_matches(games, 1) == [(list(ids), list(s)) for ids, s in games]
+    # hero vs random_bot: blocks (+2 -1 -1) and (+2); hero vs ckpt-1: one block of one game
+    assert pool_matches(games, 3) == [(["hero", "random_bot"], [0.0, 0.0]),
+                                      (["hero", "random_bot"], [2.0, -2.0]),
+                                      (["ckpt-1", "hero"], [-1.0, 1.0])]
+    with pytest.raises(ValueError, match="games_per_match"):
+        pool_matches(games, 0)
+
+
+def test_blocks_of_hands_rate_the_chip_winner_above_the_hand_winner():
+    """Per hand, an agent winning 1 chip in 3 of 4 hands beats one winning 4 chips in the other;
+    per block of 4 hands, the chip winner (+1 net) is rated higher."""
+    from sp_lightning.league.ratings import TrueSkillRatings, pool_matches, ranks_from_scores
+
+    hands = [(["nit", "shark"], [1.0, -1.0])] * 3 + [(["nit", "shark"], [-4.0, 4.0])]
+    for games_per_match, leader in ((1, "nit"), (4, "shark")):
+        ts, ratings = TrueSkillRatings(), {"nit": (25.0, 25 / 3), "shark": (25.0, 25 / 3)}
+        for _ in range(50):
+            for ids, scores in pool_matches(hands, games_per_match):
+                new = ts.rate([[ratings[i]] for i in ids], ranks_from_scores(scores))
+                ratings.update({i: tuple(r[0]) for i, r in zip(ids, new)})
+        assert max(ratings, key=lambda i: ratings[i][0]) == leader
+
+
+def test_match_pooler_carries_games_across_calls_and_through_its_state():
+    from sp_lightning.league.ratings import MatchPooler
+
+    pooler = MatchPooler(3)
+    assert pooler.add([(["hero", "bot"], [1.0, -1.0]), (["bot", "hero"], [2.0, -2.0])]) == []
+    resumed = MatchPooler(3)
+    resumed.load_state_dict(pooler.state_dict())
+    for p in (pooler, resumed):  # the third game completes the block, from the saved state too
+        assert p.add([(["hero", "bot"], [4.0, -4.0]), (["hero", "ckpt"], [1.0, -1.0])]) == [
+            (["bot", "hero"], [-3.0, 3.0])]
+        assert p.waiting == {("ckpt", "hero"): [[-1.0, 1.0]]}
+    assert MatchPooler(1).add([(["hero", "bot"], [1.0, -1.0])]) == [(["hero", "bot"], [1.0, -1.0])]

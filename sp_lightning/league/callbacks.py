@@ -36,13 +36,27 @@ from typing import Any
 
 import lightning as L
 
-from sp_lightning.league.ratings import TrueSkillRatings
+from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry
 from sp_lightning.league.sampler import HERO_ID, LeagueSampler
 
 log = logging.getLogger(__name__)
 
 BASELINES = {"base_model": "base", "random_bot": "bot:random", "chaos_bot": "bot:chaos"}
+"""The default baselines (they play every game): league id -> policy spec."""
+
+
+def baseline_policy(agent_id: str) -> str:
+    """The policy spec of a baseline id: a default one, or ``<name>_bot`` for ``bot:<name>``."""
+    from envs import BOTS
+
+    if agent_id in BASELINES:
+        return BASELINES[agent_id]
+    name = agent_id.removesuffix("_bot")
+    if agent_id.endswith("_bot") and name in BOTS:
+        return f"bot:{name}"
+    known = sorted(BASELINES) + sorted(f"{b}_bot" for b in BOTS if f"{b}_bot" not in BASELINES)
+    raise ValueError(f"league.baselines: expected ids among {known}, got {agent_id!r}")
 
 
 @dataclass
@@ -103,25 +117,35 @@ class LeagueCallback(L.Callback):
         baselines: list[str] | None = None,
         exploitability_every: int = 0,
         run_name: str = "",
+        games_per_match: int = 1,
     ):
         """
         Args:
             dir: Where the league lives: league.json, adapters/, evaluations/.
             schedule: When the hero is promoted to a checkpoint, and how long checkpoints stay.
             evaluator: The background tournament (every N steps, gatekeepers, games).
-            baselines: Baseline members of the league: base_model, random_bot, chaos_bot.
+            baselines: Baseline members of the league, by id: base_model, random_bot, chaos_bot,
+                or ``<name>_bot`` for any other bot (``bot:<name>``, e.g. tictactoe_tactical_bot).
+                Default: base_model, random_bot, chaos_bot (they play every game).
             exploitability_every: Log the hero's and the league mixture's exploitability every
                 this many steps, for games that have it (Kuhn Poker); 0 disables it.
             run_name: Stored in the registry's metadata.
+            games_per_match: Games of the same agents pooled into one rated match, scored by
+                total payoff (league.ratings.MatchPooler across training steps, pool_matches
+                within an evaluator tournament). 1 rates every game, right for win/draw/loss
+                games; poker needs blocks of hands so that ratings follow chips won, not hands won.
         """
-        unknown = [b for b in baselines or [] if b not in BASELINES]
-        if unknown:
-            raise ValueError(f"league.baselines: expected names among {sorted(BASELINES)}, got {unknown}")
+        for entry in baselines or []:
+            baseline_policy(entry)  # a bad name fails here, before any game is played
         self.dir = dir
         self.schedule = schedule or CheckpointSchedule()
         self.evaluator = evaluator or EvaluatorSettings()
         self.baselines = list(BASELINES) if baselines is None else list(baselines)
         self.exploitability_every = exploitability_every
+        if games_per_match < 1:
+            raise ValueError(f"league.games_per_match: expected >= 1, got {games_per_match}")
+        self.games_per_match = games_per_match
+        self.pooler = MatchPooler(games_per_match)
         self.run_name = run_name
         self.registry = LeagueRegistry(os.path.join(dir, "league.json"), run_name=run_name)
         self.trueskill = TrueSkillRatings()
@@ -151,6 +175,8 @@ class LeagueCallback(L.Callback):
             self.registry.restore(self._restore["registry"])
             self.best_hero_rating = self._restore["best_hero_rating"]
             self.pruned = [tuple(p) for p in self._restore["pruned"]]
+            if "pooler" in self._restore:  # absent in checkpoints from before games_per_match
+                self.pooler.load_state_dict(self._restore["pooler"])
             self._restore = None
         else:
             if self.registry.read().agents:
@@ -158,7 +184,7 @@ class LeagueCallback(L.Callback):
                                  f"--ckpt_path, or give this run another league.dir")
             self.registry.set_metadata(run_name=self.run_name)
             for name in self.baselines:
-                self.registry.add_agent(AgentRecord(id=name, type="baseline", policy=BASELINES[name]))
+                self.registry.add_agent(AgentRecord(id=name, type="baseline", policy=baseline_policy(name)))
             self.registry.add_agent(AgentRecord(id=HERO_ID, type="learner", policy="learner", step=0))
             self._event(trainer, f"league started in {self.dir} with {', '.join(self.baselines)}")
         worker = trainer.datamodule.worker
@@ -168,7 +194,7 @@ class LeagueCallback(L.Callback):
 
     def state_dict(self) -> dict[str, Any]:
         return {"registry": self.registry.snapshot_dict(), "best_hero_rating": self.best_hero_rating,
-                "pruned": [list(p) for p in self.pruned]}
+                "pruned": [list(p) for p in self.pruned], "pooler": self.pooler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restore = state
@@ -181,7 +207,9 @@ class LeagueCallback(L.Callback):
         step = trainer.global_step
         matches, buckets, results = self.sampler.drain()
         if matches:
-            self.registry.record_matches(matches, step=step, source="train")
+            rated = self.pooler.add(matches)
+            if rated:
+                self.registry.record_matches(rated, step=step, source="train")
         metrics = self._mix_and_results(buckets, results)
         self._promote_and_prune(trainer, step)
         self._delete_pruned()
@@ -291,7 +319,8 @@ class LeagueCallback(L.Callback):
         spec = spec_for(pl_module.policy_settings, dm.games[0], dm.eval_sampling(), self.registry.path,
                         newest.id, gatekeepers, self.evaluator.games_per_seat, self.evaluator.seed + step,
                         step, self.evaluator.threads,
-                        {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {})
+                        {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {},
+                        games_per_match=self.games_per_match)
         folder = os.path.join(self.dir, "evaluations")
         os.makedirs(folder, exist_ok=True)
         self.process_spec = os.path.join(folder, f"{newest.id}-step{step:06d}.json")

@@ -20,7 +20,8 @@ from dataclasses import asdict
 
 
 def spec_for(policy, game, sampling, registry_path: str, agent: str, gatekeepers: list[str],
-             games_per_seat: int, seed: int, step: int, threads: int, env_overrides: dict | None = None) -> dict:
+             games_per_seat: int, seed: int, step: int, threads: int, env_overrides: dict | None = None,
+             games_per_match: int = 1) -> dict:
     """The evaluator's job description, as plain JSON data."""
     return {
         "policy": asdict(policy),
@@ -31,6 +32,7 @@ def spec_for(policy, game, sampling, registry_path: str, agent: str, gatekeepers
         "agent": agent,
         "gatekeepers": gatekeepers,
         "games_per_seat": games_per_seat,
+        "games_per_match": games_per_match,
         "seed": seed,
         "step": step,
         "threads": threads,
@@ -52,6 +54,7 @@ def run(spec: dict) -> dict:
 
     from sp_lightning.evaluation.matches import play
     from sp_lightning.games import GameSettings, parse_policy
+    from sp_lightning.league.ratings import pool_matches
     from sp_lightning.league.registry import LeagueRegistry
     from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, load_policy
     from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
@@ -90,7 +93,8 @@ def run(spec: dict) -> dict:
             other = next(a for a in rollout.seats if a != seat)
             matches.append(([agent.id, gatekeeper_id], [rollout.outcome[seat], rollout.outcome[other]]))
         try:
-            registry.record_matches(matches, step=spec["step"], source="eval")
+            registry.record_matches(pool_matches(matches, spec.get("games_per_match", 1)),
+                                    step=spec["step"], source="eval")
         except ValueError as err:  # the league moved on (e.g. the checkpoint was pruned): keep going
             print(f"evaluator: not recorded: {err}", file=sys.stderr)
         summary["results"][gatekeeper_id] = {"win_rate": result.win_rate, "payoff": result.payoff_mean,
