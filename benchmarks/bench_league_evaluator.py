@@ -3,8 +3,9 @@ same run without it (the baseline, measured in the same invocation).
 
     OMP_NUM_THREADS=1 python benchmarks/bench_league_evaluator.py [--steps 60] [--repeats 3]
 
-Each run is a fresh `sp-lightning fit` of configs/tictactoe_league_tiny.yaml for --steps steps;
-the evaluator (when on) starts a tournament every 10 steps. Steps/s counts the training loop's
+Each run is a fresh `sp-lightning fit` of configs/tictactoe_league_tiny.yaml for --steps steps
+(its callbacks list is replaced by the overlay's, which keeps the config's baselines); the
+evaluator (when on) starts a tournament every 10 steps, 25 games per seat. Steps/s counts the training loop's
 wall time from the first to the last optimizer step (model build and start-up excluded). Medians
 over the repeats, and the ratio on/off.
 """
@@ -45,7 +46,8 @@ def run(steps: int, evaluator_every: int) -> float:
             f"trainer:\n  max_steps: {steps}\n  val_check_interval: {steps * 10}\n  logger: false\n"
             f"  enable_checkpointing: false\n  enable_progress_bar: false\n  default_root_dir: {root}\n"
             f"  callbacks:\n    - class_path: sp_lightning.league.LeagueCallback\n"
-            f"      init_args: {{dir: {root}/league, evaluator: {{every: {evaluator_every}, games_per_seat: 25}}}}\n"
+            f"      init_args: {{dir: {root}/league, baselines: [random_bot, tictactoe_tactical_bot],\n"
+            f"                  evaluator: {{every: {evaluator_every}, games_per_seat: 25}}}}\n"
             f"    - class_path: bench_league_evaluator.StepClock\n"
         )
     main(["fit", "--config", "configs/tictactoe_league_tiny.yaml", "--config", overlay])

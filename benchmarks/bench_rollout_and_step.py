@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from envs import BOTS
+from envs import make_bots
 from sp_lightning.arena import Arena
 from sp_lightning.credit import RAE
 from sp_lightning.games import FixedMix, GameSettings
@@ -54,7 +54,7 @@ def main() -> None:
     module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(r=16, alpha=32, trainable_tokens=["moves"])))
     game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
     sampling = SamplingSettings(max_new_tokens=1)
-    bots = {name: cls(seed=0) for name, cls in BOTS.items()}
+    bots = make_bots(0)
 
     def play(worker_cls):
         arena = Arena(worker_cls(module.model, module.tokenizer), sampling, bots=bots)

@@ -34,6 +34,8 @@ import time
 
 import yaml
 
+from sp_lightning.data import EvalSettings
+
 
 def monitored_metric(config: dict) -> tuple[str, str] | None:
     """(metric, mode) of the ModelCheckpoint that writes best.ckpt."""
@@ -107,7 +109,7 @@ def main() -> None:
     root = os.path.abspath(args.root or f"runs/league_learning/{name}_s{args.seed}")
     config_path, config = relocate(args.config, root, args.seed)
     data = config.get("data", {})
-    if data.get("eval", {}).get("seed", 12345) == args.eval_seed:
+    if data.get("eval", {}).get("seed", EvalSettings.seed) == args.eval_seed:
         raise SystemExit(f"--eval_seed {args.eval_seed} is the validation rule's data.eval.seed: pick another")
     report: dict = {"config": args.config, "seed": args.seed, "root": root, "eval_seed": args.eval_seed}
     if not args.skip_fit:

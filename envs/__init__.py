@@ -18,7 +18,7 @@ from typing import Any
 from pettingzoo import AECEnv
 
 from .base import GameInfo, TextGameEnv, parse_move
-from .bots import BOTS, ChaosBot, RandomBot
+from .bots import BOTS, ChaosBot, RandomBot, make_bots
 from .connect_four import ConnectFourEnv
 from .kuhn_poker import KuhnPokerEnv
 from .kuhn_poker_3p import KuhnPoker3Env
@@ -89,6 +89,7 @@ def play(env: AECEnv, policies: dict[str, Policy], seed: int | None = None) -> d
 
 __all__ = [
     "BOTS",
+    "make_bots",
     "GAMES",
     "ChaosBot",
     "ConnectFourEnv",

@@ -10,6 +10,8 @@ import string
 
 import numpy as np
 
+from .tictactoe import TacticalBot  # game-specific bots live with their game
+
 _PRINTABLE = string.printable
 _EXOTIC = "éßøЖж中文🙂\u200b\u00a0\t\r\x00\\\"'`{}<>"
 _FAKE_MOVES = (
@@ -73,12 +75,11 @@ class ChaosBot:
     __call__ = act
 
 
-def _bots() -> dict[str, type]:
-    from .tictactoe import TacticalBot  # game-specific bots live with their game
-
-    return {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot}
-
-
-BOTS = _bots()
+BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot}
 """``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
 play only that game."""
+
+
+def make_bots(seed: int | None = None) -> dict[str, object]:
+    """One of every bot, ``bot:<name>`` -> instance, all seeded with ``seed``."""
+    return {name: cls(seed=seed) for name, cls in BOTS.items()}

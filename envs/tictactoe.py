@@ -112,17 +112,14 @@ _YOU_ARE = re.compile(r"You are ([XO])\.")
 def parse_board(observation: str) -> tuple[list[int | None], int]:
     """``(board, me)`` from a player's observation: ``board[i]`` is None, 0 (X) or 1 (O) and
     ``me`` is the observer's mark. Raises ValueError on text that is not a Tic-Tac-Toe view."""
-    found = _YOU_ARE.search(observation)
     lines = observation.splitlines()
-    start = next((k for k, line in enumerate(lines) if _YOU_ARE.search(line)), None)
-    rows = lines[start + 1 : start + 4] if start is not None else []
-    cells = [cell for row in rows for cell in row.split()]
-    board: list[int | None] = []
-    for i, cell in enumerate(cells):
-        board.append(None if cell == MOVES[i] else MARKS.index(cell) if cell in MARKS else -1)
-    if found is None or len(board) != 9 or -1 in board:
+    header = next(((k, m) for k, line in enumerate(lines) if (m := _YOU_ARE.search(line))), None)
+    cells = [c for row in lines[header[0] + 1 : header[0] + 4] for c in row.split()] if header else []
+    board = [None if cell == MOVES[i] else MARKS.index(cell) if cell in MARKS else -1
+             for i, cell in enumerate(cells)]
+    if header is None or len(board) != 9 or -1 in board:
         raise ValueError(f"expected a tictactoe_v1 observation ('You are X.' and a 3x3 board), got {observation[:120]!r}")
-    return board, MARKS.index(found.group(1))
+    return board, MARKS.index(header[1].group(1))
 
 
 def completing_moves(board: list[int | None], mark: int) -> list[int]:

@@ -64,7 +64,8 @@ def evaluate_main(args: list[str]) -> dict:
     import torch
 
     from sp_lightning.evaluation.matches import evaluate
-    from sp_lightning.evaluation.strategy import policy_exploitability
+    from sp_lightning.evaluation.strategy import exploitability_metrics
+    from sp_lightning.games import parse_policy
     from sp_lightning.types import PolicyRef
 
     parser = argparse.ArgumentParser(prog="sp-lightning evaluate", description=evaluate_main.__doc__)
@@ -87,29 +88,29 @@ def evaluate_main(args: list[str]) -> dict:
             set_peft_model_state_dict(module.model, load_file(os.path.join(ours.checkpoint, "adapter_model.safetensors")))
         else:
             state = torch.load(ours.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-            missing = [k for k in state if k not in dict(module.named_parameters())]
+            params = dict(module.named_parameters())
+            missing = [k for k in state if k not in params]
             if missing:
                 raise ValueError(f"--checkpoint {ours.checkpoint}: weights {missing[:3]} do not fit the config's model")
             module.load_state_dict(state, strict=False)
     worker = dm.rollout_factory(module.model, module.tokenizer)
     opponent = ours.opponent or dm.eval.opponent
-    if opponent.startswith("checkpoint:"):
-        path = opponent.partition(":")[2]
+    spec = parse_policy(opponent)
+    if spec.kind == "checkpoint":  # an adapter directory, served under its name
+        path = spec.name
         name = os.path.basename(os.path.normpath(path))
         worker.register_adapter(name, path)
         opponent = PolicyRef("checkpoint", name)
-    overrides = {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {}
     report = {}
     for game in dm.games:
         result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
-                          sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=overrides)
+                          sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=dm.eval_env_overrides())
         entry = {**result.as_metrics(game.name), "games": result.games}
         print(f"{game.name}: {ours.checkpoint or 'untrained'} vs {opponent}, seed {ours.seed}: {result.summary()}")
         if ours.exploitability:
-            exploit = policy_exploitability(worker, game)
+            exploit_metrics, exploit = exploitability_metrics(worker, game, game.name)
+            entry.update(exploit_metrics)
             if exploit is not None:
-                entry[f"{game.name}/exploitability"] = exploit.exploitability
-                entry[f"{game.name}/legal_mass"] = exploit.legal_mass_mean
                 print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
                       f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
         report[game.name] = entry

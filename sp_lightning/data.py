@@ -125,15 +125,18 @@ class SelfPlayDataModule(L.LightningDataModule):
         return rng.choices(self.games, weights=[g.weight for g in self.games])[0]
 
     def setup(self, stage: str) -> None:
-        from envs import BOTS
+        from envs import make_bots
 
         if self.worker is not None:  # setup runs again for validate after fit
             return
         module = self.trainer.lightning_module
         self.worker = self.rollout_factory(module.model, module.tokenizer)
-        bots = {name: cls(seed=self.seed) for name, cls in BOTS.items()}
-        self.arena = Arena(self.worker, self.sampling, bots=bots)
+        self.arena = Arena(self.worker, self.sampling, bots=make_bots(self.seed))
         module.attach_rollout_worker(self.worker)
+
+    def eval_env_overrides(self) -> dict[str, Any]:
+        """Env settings of evaluation games: the eval invalid-move policy, if one is set."""
+        return {"invalid_move": self.eval.invalid_move} if self.eval.invalid_move else {}
 
     def eval_sampling(self) -> SamplingSettings:
         """The training sampling, at the evaluation temperature if one is set."""

@@ -257,9 +257,10 @@ class SelfPlayModule(L.LightningModule):
                     ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True)
             entropy_coef = s.entropy_coef_at(self.global_step)
             entropy_logits = logits if entropy_coef else logits.detach()  # no graph for a diagnostic
-            moves = self._legal_moves(chunk, mb, logits.shape[-1]) if uses_legal_moves else None
+            if uses_legal_moves:
+                first_position, legal_mask, known = self._legal_moves(chunk, mb, logits.shape[-1])
             if s.entropy_over == "legal_moves":
-                entropy = legal_move_entropy(entropy_logits, *moves)  # (B, K)
+                entropy = legal_move_entropy(entropy_logits, first_position, legal_mask)  # (B, K)
             else:
                 entropy = token_entropy(entropy_logits)  # (B, K)
             loss, diag = policy_gradient_loss(
@@ -269,8 +270,7 @@ class SelfPlayModule(L.LightningModule):
                 ref_logprobs=ref_logprobs, kl_coef=s.kl_coef, entropy=entropy, entropy_coef=entropy_coef,
             )
             if s.magnet_coef:
-                known = ~moves[1].all(-1)  # (B,) rows whose legal moves are known
-                magnet = legal_magnet_kl(logits, *moves) * known  # (B,)
+                magnet = legal_magnet_kl(logits, first_position, legal_mask) * known  # (B,)
                 diag["magnet_kl"] = masked_mean(magnet.detach(), known)
                 loss = loss + s.magnet_coef * magnet.sum() / len(records)
             self.manual_backward(loss)
@@ -303,16 +303,25 @@ class SelfPlayModule(L.LightningModule):
         return None
 
     def _legal_moves(self, records: list[TrainingRecord], mb: TrainBatch, vocab: int):
-        """(first_position (B,), legal_mask (B, V)) of a micro-batch: the column of each row's
-        first trained token, and the tokens of its legal moves (all True where unknown)."""
-        legal_mask = torch.ones(len(records), vocab, dtype=torch.bool, device=mb.loss_mask.device)
+        """(first_position (B,), legal_mask (B, V), known (B,)) of a micro-batch: the column of
+        each row's first trained token, the tokens of its legal moves (all True where unknown),
+        and which rows' legal moves are known. The mask is built on the CPU in one indexed write
+        and moved to the device once."""
+        legal_mask = torch.ones(len(records), vocab, dtype=torch.bool)
+        known_rows, rows, columns = [], [], []
         for row, record in enumerate(records):
             ids = self._legal_token_ids(record.legal_actions)
             if ids is not None:
-                legal_mask[row] = False
-                legal_mask[row, ids] = True
+                known_rows.append(row)
+                rows.extend([row] * len(ids))
+                columns.extend(ids)
+        legal_mask[known_rows] = False
+        legal_mask[rows, columns] = True
+        known = torch.zeros(len(records), dtype=torch.bool)
+        known[known_rows] = True
+        device = mb.loss_mask.device
         first_position = (mb.loss_mask != 0).float().argmax(-1)  # (B,)
-        return first_position, legal_mask
+        return first_position, legal_mask.to(device), known.to(device)
 
     def _legal_token_ids(self, actions: list[str] | None) -> list[int] | None:
         """The token of each legal move, or None unless every move is one token and they differ
@@ -341,19 +350,17 @@ class SelfPlayModule(L.LightningModule):
         from sp_lightning.evaluation.matches import evaluate
 
         dm = self.trainer.datamodule
-        overrides = {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {}
         result = evaluate(dm.worker, game, opponent=dm.eval.opponent, sampling=dm.eval_sampling(),
                           games_per_seat=max(1, dm.eval.games // len(game.agents)), seed=dm.eval.seed,
-                          env_overrides=overrides)
+                          env_overrides=dm.eval_env_overrides())
         metrics = result.as_metrics(f"val/{game.name}")
         line = f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}"
         if dm.eval.exploitability:
-            from sp_lightning.evaluation.strategy import policy_exploitability
+            from sp_lightning.evaluation.strategy import exploitability_metrics
 
-            exploit = policy_exploitability(dm.worker, game)
+            exploit_metrics, exploit = exploitability_metrics(dm.worker, game, f"val/{game.name}")
+            metrics.update(exploit_metrics)
             if exploit is not None:
-                metrics[f"val/{game.name}/exploitability"] = exploit.exploitability
-                metrics[f"val/{game.name}/legal_mass"] = exploit.legal_mass_mean
                 line += f"; exploitability {exploit.exploitability:.4f} (legal mass {exploit.legal_mass_mean:.3f})"
         self.log_dict(metrics, batch_size=1)
         self.print(line)

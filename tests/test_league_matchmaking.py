@@ -180,7 +180,7 @@ def test_pfsp_var_favours_even_matches():
 
 def test_pfsp_all_zero_weights_fall_back_to_uniform():
     beaten = [ckpt(1, win_prob=1.0), ckpt(2, win_prob=1.0)]
-    s = mode_settings("pfsp", bucket_weights={"exploitable": 1.0})
+    s = mode_settings("pfsp", bucket_weights={"exploitable": 1.0}, pfsp_floor=0.0)  # no floor: all zero
     assert by_agent(opponent_distribution(HERO, beaten, s)) == pytest.approx({c.id: 0.5 for c in beaten})
 
 

@@ -308,6 +308,8 @@ def test_entropy_coef_anneals_linearly_to_zero():
     s = LossSettings(entropy_coef=0.2, entropy_decay_steps=100)
     assert [s.entropy_coef_at(t) for t in (0, 50, 100, 150)] == pytest.approx([0.2, 0.1, 0.0, 0.0])
     assert LossSettings(entropy_coef=0.2).entropy_coef_at(10_000) == 0.2
+    floored = LossSettings(entropy_coef=0.2, entropy_decay_steps=100, entropy_floor=0.05)
+    assert [floored.entropy_coef_at(t) for t in (0, 50, 80, 150)] == pytest.approx([0.2, 0.1, 0.05, 0.05])
 
 
 def test_legal_move_entropy_scores_the_first_move_token_over_the_legal_moves_only():

@@ -129,6 +129,7 @@ def test_legal_move_token_ids_need_one_distinct_token_per_move(tiny_policy):
     assert module._legal_token_ids(["[0]", "[4]"]) == [tok.convert_tokens_to_ids("[0]"), tok.convert_tokens_to_ids("[4]")]
     assert module._legal_token_ids(["[4]"]) == [tok.convert_tokens_to_ids("[4]")]
     assert module._legal_token_ids(["raise the bet", "[4]"]) is None
+    assert module._legal_token_ids(["[4]", "[4]"]) is None  # one token for two moves: no choice point
     assert module._legal_token_ids(None) is None and module._legal_token_ids([]) is None
 
 
@@ -136,8 +137,7 @@ def test_magnet_pulls_mass_from_illegal_tokens_onto_the_legal_moves():
     """Only the magnet term acts (the module's legal-move mask, losses.legal_magnet_kl): 20 Adam
     steps raise the probability of the legal moves [0] and [4] by more than 0.3 at a prompt whose
     sampled answer [7] was illegal."""
-    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])),
-                            loss=LossSettings(magnet_coef=1.0, entropy_over="legal_moves"))
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])))
     tok = module.tokenizer
     prompt = tok.apply_chat_template([{"role": "user", "content": "Legal moves: [0] [4]"}],
                                      add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -157,7 +157,8 @@ def test_magnet_pulls_mass_from_illegal_tokens_onto_the_legal_moves():
 
     for _ in range(20):
         _, logits = module.sequence_logprobs(batch)
-        first, legal = module._legal_moves([record], batch, logits.shape[-1])
+        first, legal, known = module._legal_moves([record], batch, logits.shape[-1])
+        assert known.tolist() == [True]
         legal_magnet_kl(logits, first, legal).sum().backward()
         opt.step()
         opt.zero_grad()

@@ -107,7 +107,7 @@ def play(
 
     ``opponent`` is one policy for every other seat, or one per other seat (in seat order).
     """
-    from envs import BOTS
+    from envs import make_bots
 
     hero = as_policy(policy)
     others = [opponent] if isinstance(opponent, (str, PolicyRef)) else list(opponent)
@@ -127,8 +127,7 @@ def play(
             episodes.append(game.episode(seats, **(env_overrides or {})))
             seeds.append(seed + s * SEAT_STRIDE + i)
             hero_seats.append(seat)
-    bots = {name: cls(seed=seed) for name, cls in BOTS.items()}
-    arena = Arena(worker, sampling or SamplingSettings(), bots=bots)
+    arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed))
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         rollouts = arena.play(episodes, seeds)

@@ -41,3 +41,12 @@ def policy_exploitability(worker, game, policy: PolicyRef = LEARNER):
     if game.name not in EXPLOITABILITY or game.env_kwargs.get("num_hands", 1) != 1:
         return None
     return EXPLOITABILITY[game.name](model_action_probs(worker, policy, game.prompt_template))
+
+
+def exploitability_metrics(worker, game, prefix: str, policy: PolicyRef = LEARNER):
+    """``({prefix}/exploitability, {prefix}/legal_mass)`` metrics of ``policy`` and the result
+    behind them (for a printed line), or ``({}, None)`` for a game without exploitability."""
+    result = policy_exploitability(worker, game, policy)
+    if result is None:
+        return {}, None
+    return {f"{prefix}/exploitability": result.exploitability, f"{prefix}/legal_mass": result.legal_mass_mean}, result

@@ -42,20 +42,20 @@ from sp_lightning.league.sampler import HERO_ID, LeagueSampler
 
 log = logging.getLogger(__name__)
 
-BASELINES = {"base_model": "base", "random_bot": "bot:random", "chaos_bot": "bot:chaos"}
-"""The default baselines (they play every game): league id -> policy spec."""
+DEFAULT_BASELINES = ["base_model", "random_bot", "chaos_bot"]
+"""The default baselines: they play every game."""
 
 
 def baseline_policy(agent_id: str) -> str:
-    """The policy spec of a baseline id: a default one, or ``<name>_bot`` for ``bot:<name>``."""
+    """The policy spec of a baseline id: ``base_model`` (the adapter off), or ``<name>_bot`` for
+    ``bot:<name>``."""
     from envs import BOTS
 
-    if agent_id in BASELINES:
-        return BASELINES[agent_id]
-    name = agent_id.removesuffix("_bot")
-    if agent_id.endswith("_bot") and name in BOTS:
-        return f"bot:{name}"
-    known = sorted(BASELINES) + sorted(f"{b}_bot" for b in BOTS if f"{b}_bot" not in BASELINES)
+    if agent_id == "base_model":
+        return "base"
+    if agent_id.endswith("_bot") and agent_id.removesuffix("_bot") in BOTS:
+        return f"bot:{agent_id.removesuffix('_bot')}"
+    known = ["base_model"] + sorted(f"{b}_bot" for b in BOTS)
     raise ValueError(f"league.baselines: expected ids among {known}, got {agent_id!r}")
 
 
@@ -140,24 +140,18 @@ class LeagueCallback(L.Callback):
         self.dir = dir
         self.schedule = schedule or CheckpointSchedule()
         self.evaluator = evaluator or EvaluatorSettings()
-        self.baselines = list(BASELINES) if baselines is None else list(baselines)
+        self.baselines = list(DEFAULT_BASELINES if baselines is None else baselines)
         self.exploitability_every = exploitability_every
-        if games_per_match < 1:
-            raise ValueError(f"league.games_per_match: expected >= 1, got {games_per_match}")
-        self.games_per_match = games_per_match
         self.pooler = MatchPooler(games_per_match)
         self.run_name = run_name
         self.registry = LeagueRegistry(os.path.join(dir, "league.json"), run_name=run_name)
-        self.trueskill = TrueSkillRatings()
         self.best_hero_rating: float | None = None
         self.pruned: list[tuple[int, str]] = []  # (step pruned at, adapter dir) awaiting deletion
         self.saved_step = -1
         self.process: subprocess.Popen | None = None
         self.process_spec: str | None = None
-        self.events: list[str] = []
         self._restore: dict | None = None
         self.sampler: LeagueSampler | None = None
-        self.evaluations_run = 0
 
     # ---- set up, cold start, resume -----------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -211,14 +205,16 @@ class LeagueCallback(L.Callback):
             if rated:
                 self.registry.record_matches(rated, step=step, source="train")
         metrics = self._mix_and_results(buckets, results)
-        self._promote_and_prune(trainer, step)
+        state = self.registry.read()
+        promoted_or_pruned = self._promote_and_prune(trainer, step, state)
         self._delete_pruned()
-        metrics.update(self._poll_evaluator(trainer))
+        evaluated = self._poll_evaluator(trainer)
+        metrics.update(evaluated)
         if self.evaluator.every and step % self.evaluator.every == 0 and self.process is None:
             self._start_evaluator(trainer, pl_module, step)
         if self.exploitability_every and step % self.exploitability_every == 0:
             metrics.update(self._exploitability(trainer))
-        metrics.update(self._refresh(step))
+        metrics.update(self._refresh(step, None if promoted_or_pruned or evaluated else state))
         pl_module.log_dict(metrics, batch_size=1)
 
     def _mix_and_results(self, buckets: list[str], results: list[tuple[str, float]]) -> dict[str, float]:
@@ -233,8 +229,9 @@ class LeagueCallback(L.Callback):
                 metrics[f"league/win_rate/{kind}"] = sum(v > 0 for v in values) / len(values)
         return metrics
 
-    def _promote_and_prune(self, trainer, step: int) -> None:
-        league = self.registry.read().agents
+    def _promote_and_prune(self, trainer, step: int, state) -> bool:
+        """Promote the hero and prune checkpoints by the schedule; True if the league changed."""
+        league = state.agents
         checkpoints = [a for a in league.values() if a.type == "checkpoint"]
         hero = league[HERO_ID]
         rating = hero.mu
@@ -256,12 +253,13 @@ class LeagueCallback(L.Callback):
             if self.best_hero_rating is None or new_best:
                 self.best_hero_rating = rating
             self._event(trainer, f"step {step}: {agent_id} added ({', '.join(tags)}), rating {rating:.2f}")
-        for agent in checkpoints:
-            if not self.schedule.keeps(agent.step, agent.tags, step):
-                self.registry.remove_agent(agent.id)
-                trainer.datamodule.worker.forget_adapter(agent.id)
-                self.pruned.append((step, agent.adapter_path))
-                self._event(trainer, f"step {step}: {agent.id} left the league (older than the recent window)")
+        pruned = [agent for agent in checkpoints if not self.schedule.keeps(agent.step, agent.tags, step)]
+        for agent in pruned:
+            self.registry.remove_agent(agent.id)
+            trainer.datamodule.worker.forget_adapter(agent.id)
+            self.pruned.append((step, agent.adapter_path))
+            self._event(trainer, f"step {step}: {agent.id} left the league (older than the recent window)")
+        return bool(tags or pruned)
 
     def _delete_pruned(self) -> None:
         """Adapters pruned at or before the last written Lightning checkpoint are no longer
@@ -274,18 +272,18 @@ class LeagueCallback(L.Callback):
                 keep.append((pruned_at, path))
         self.pruned = keep
 
-    def _refresh(self, step: int | None = None) -> dict[str, float]:
-        """A fresh league view for the sampler, and the ratings to log."""
-        state = self.registry.read()
+    def _refresh(self, step: int | None = None, state=None) -> dict[str, float]:
+        """A league view for the sampler (``state``, or read now), and the ratings to log."""
+        state = state if state is not None else self.registry.read()
         hero = state.agents[HERO_ID]
         members = list(state.agents.values())
         self.sampler.refresh(members, hero, step)
         metrics = {"league/hero/mu": hero.mu, "league/hero/sigma": hero.sigma, "league/hero/elo": hero.elo,
-                   "league/hero/rating": self.trueskill.conservative(hero.mu, hero.sigma),
+                   "league/hero/rating": TrueSkillRatings.conservative(hero.mu, hero.sigma),
                    "league/checkpoints": float(sum(a.type == "checkpoint" for a in members))}
         for agent in members:
             if agent.type == "baseline":
-                metrics[f"league/baseline/{agent.id}/rating"] = self.trueskill.conservative(agent.mu, agent.sigma)
+                metrics[f"league/baseline/{agent.id}/rating"] = TrueSkillRatings.conservative(agent.mu, agent.sigma)
                 metrics[f"league/baseline/{agent.id}/elo"] = agent.elo
         best = state.metadata.get("best_agent")
         if best in state.agents:
@@ -319,8 +317,8 @@ class LeagueCallback(L.Callback):
         spec = spec_for(pl_module.policy_settings, dm.games[0], dm.eval_sampling(), self.registry.path,
                         newest.id, gatekeepers, self.evaluator.games_per_seat, self.evaluator.seed + step,
                         step, self.evaluator.threads,
-                        {"invalid_move": dm.eval.invalid_move} if dm.eval.invalid_move else {},
-                        games_per_match=self.games_per_match)
+                        dm.eval_env_overrides(),
+                        games_per_match=self.pooler.games_per_match)
         folder = os.path.join(self.dir, "evaluations")
         os.makedirs(folder, exist_ok=True)
         self.process_spec = os.path.join(folder, f"{newest.id}-step{step:06d}.json")
@@ -342,10 +340,9 @@ class LeagueCallback(L.Callback):
             return {}
         with open(result_path) as f:
             summary = json.load(f)
-        self.evaluations_run += 1
         metrics = {"league/eval/seconds": summary["seconds"]}
         for gatekeeper, r in summary["results"].items():
-            kind = "random_bot" if gatekeeper == "random_bot" else gatekeeper.split("-")[0]
+            kind = gatekeeper.split("-")[0]  # ckpt-000123 -> ckpt
             metrics[f"league/eval/win_rate_vs_{kind}"] = r["win_rate"]
             self._event(trainer, f"{summary['agent']} vs {gatekeeper}: win {r['win_rate']:.3f}, "
                                  f"payoff {r['payoff']:+.3f} over {r['games']} games; ratings updated")
@@ -382,7 +379,6 @@ class LeagueCallback(L.Callback):
 
     # ---- events -------------------------------------------------------------------------------
     def _event(self, trainer, text: str) -> None:
-        self.events.append(text)
         log.info("league: %s", text)
         experiment = getattr(trainer.logger, "experiment", None)
         if hasattr(experiment, "add_text"):

@@ -93,7 +93,7 @@ def run(spec: dict) -> dict:
             other = next(a for a in rollout.seats if a != seat)
             matches.append(([agent.id, gatekeeper_id], [rollout.outcome[seat], rollout.outcome[other]]))
         try:
-            registry.record_matches(pool_matches(matches, spec.get("games_per_match", 1)),
+            registry.record_matches(pool_matches(matches, spec["games_per_match"]),
                                     step=spec["step"], source="eval")
         except ValueError as err:  # the league moved on (e.g. the checkpoint was pruned): keep going
             print(f"evaluator: not recorded: {err}", file=sys.stderr)

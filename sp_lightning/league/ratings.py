@@ -48,17 +48,23 @@ def pool_matches(matches: list[tuple[list[str], list[float]]],
         raise ValueError(f"games_per_match: expected >= 1, got {games_per_match}")
     if games_per_match == 1:
         return [(list(ids), list(scores)) for ids, scores in matches]
-    blocks: dict[tuple[str, ...], list[tuple[list[str], list[float]]]] = {}
+    blocks: dict[tuple[str, ...], list[list[float]]] = {}
     for ids, scores in matches:
-        key = tuple(sorted(ids))
-        order = sorted(range(len(ids)), key=lambda k: ids[k])
-        blocks.setdefault(key, []).append((list(key), [scores[k] for k in order]))
-    pooled = []
-    for games in blocks.values():
-        for start in range(0, len(games), games_per_match):
-            chunk = games[start : start + games_per_match]
-            pooled.append((chunk[0][0], [math.fsum(col) for col in zip(*(g[1] for g in chunk))]))
-    return pooled
+        key, ordered = _in_id_order(ids, scores)
+        blocks.setdefault(key, []).append(ordered)
+    return [_block_match(key, games[start : start + games_per_match])
+            for key, games in blocks.items() for start in range(0, len(games), games_per_match)]
+
+
+def _in_id_order(ids: list[str], scores: list[float]) -> tuple[tuple[str, ...], list[float]]:
+    """A game's agents sorted (the pairing's key, whatever the seats) and their scores alike."""
+    order = sorted(range(len(ids)), key=lambda k: ids[k])
+    return tuple(ids[k] for k in order), [scores[k] for k in order]
+
+
+def _block_match(key: tuple[str, ...], games: list[list[float]]) -> tuple[list[str], list[float]]:
+    """One rated match from a block of games: each agent's total payoff."""
+    return list(key), [math.fsum(column) for column in zip(*games)]
 
 
 class MatchPooler:
@@ -79,13 +85,11 @@ class MatchPooler:
             return [(list(ids), list(scores)) for ids, scores in matches]
         done = []
         for ids, scores in matches:
-            key = tuple(sorted(ids))
-            order = sorted(range(len(ids)), key=lambda k: ids[k])
+            key, ordered = _in_id_order(ids, scores)
             block = self.waiting.setdefault(key, [])
-            block.append([scores[k] for k in order])
+            block.append(ordered)
             if len(block) == self.games_per_match:
-                done.append((list(key), [math.fsum(col) for col in zip(*block)]))
-                del self.waiting[key]
+                done.append(_block_match(key, self.waiting.pop(key)))
         return done
 
     def state_dict(self) -> dict:

@@ -67,18 +67,17 @@ def _records(cls: type, items: Iterable[dict[str, Any]]) -> list[Any]:
 class _Record:
     """JSON round trip of a registry dataclass."""
 
-    def to_dict(self) -> dict[str, Any]:
-        """A shallow copy with list and dict fields copied (``dataclasses.asdict`` deep-copies
-        every value and was most of a transaction's time)."""
+    def to_dict(self, copy: bool = True) -> dict[str, Any]:
+        """The fields as plain data: a shallow copy with list and dict fields copied
+        (``dataclasses.asdict`` deep-copies every value and was most of a transaction's time), or
+        with ``copy=False`` the record's own ``__dict__``, for encoding it at once."""
+        if not copy:
+            return self.__dict__
         out = dict(self.__dict__)
         for key, value in out.items():
             if isinstance(value, (list, dict)):
                 out[key] = value.copy()
         return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]):
-        return _records(cls, [data])[0]
 
 
 @dataclass
@@ -131,10 +130,12 @@ class LeagueState:
                 "best_rating": None, "next_match_id": 0}
         return cls(metadata=meta)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": self.schema_version, "metadata": dict(self.metadata),
-                "agents": {k: a.to_dict() for k, a in self.agents.items()},
-                "matches": [m.to_dict() for m in self.matches]}
+    def to_dict(self, copy: bool = True) -> dict[str, Any]:
+        """Plain data (see _Record.to_dict); ``copy=False`` shares the records' dicts."""
+        return {"schema_version": self.schema_version,
+                "metadata": dict(self.metadata) if copy else self.metadata,
+                "agents": {k: a.to_dict(copy) for k, a in self.agents.items()},
+                "matches": [m.to_dict(copy) for m in self.matches]}
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "league state") -> LeagueState:
@@ -198,11 +199,9 @@ class LeagueRegistry:
 
     def _write(self, state: LeagueState) -> None:
         directory = os.path.dirname(os.path.abspath(self.path))
-        # records are encoded from their __dict__ as they are: no copy of a long history
-        text = json.dumps({"schema_version": state.schema_version, "metadata": state.metadata,
-                           "agents": {k: a.__dict__ for k, a in state.agents.items()},
-                           "matches": [m.__dict__ for m in state.matches]},
-                          separators=(",", ":"), allow_nan=False, check_circular=False)
+        # encoded as they are (copy=False): no copy of a long history
+        text = json.dumps(state.to_dict(copy=False), separators=(",", ":"), allow_nan=False,
+                          check_circular=False)
         tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"  # not mkstemp: that would make the file 0600
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:

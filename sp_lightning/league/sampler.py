@@ -17,7 +17,7 @@ from typing import Any
 
 from sp_lightning.games import GameSettings, OpponentSampler, parse_policy
 from sp_lightning.league.exploration import NGramCoverage
-from sp_lightning.league.matchmaking import MIRROR_ID, Candidate, HeroInfo, Matchmaker, MatchmakingSettings
+from sp_lightning.league.matchmaking import KINDS, MIRROR_ID, Candidate, HeroInfo, Matchmaker, MatchmakingSettings
 from sp_lightning.league.ratings import TrueSkillRatings
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
 
@@ -75,7 +75,7 @@ class LeagueSampler(OpponentSampler):
                 coverage=self.coverage.coverage(a.id) if a.type == "checkpoint" else None,
             )
             for a in agents
-            if a.type in ("baseline", "checkpoint", "fixed")
+            if a.type in KINDS
         ]
 
     def win_probability(self, agent) -> float:

@@ -87,7 +87,18 @@ class HFRolloutWorker(RolloutWorker):
 
     @contextmanager
     def serving(self, policy: PolicyRef):
-        """The model as ``policy``: the learner's adapter, none (base), or a checkpoint's."""
+        """The model as ``policy``, in eval mode (its train/eval mode is restored after): the
+        learner's adapter, none (base), or a checkpoint's."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with self._adapter_of(policy):
+                yield
+        finally:
+            self.model.train(was_training)
+
+    @contextmanager
+    def _adapter_of(self, policy: PolicyRef):
         if policy.kind == "learner":
             yield
         elif policy.kind == "base":
@@ -150,20 +161,17 @@ class HFRolloutWorker(RolloutWorker):
         width = max(len(p) + len(c) for p, c in rows)
         input_ids, attention_mask = self._left_pad([p + c for p, c in rows], width)
         device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with self.serving(policy):
-                logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                                    position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0).to(device)).logits
-        finally:
-            self.model.train(was_training)
-        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()  # (B, W, V)
+        window = max(len(c) for _, c in rows)  # only the columns that predict completion tokens
+        with self.serving(policy):
+            logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                                position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0).to(device),
+                                logits_to_keep=window + 1).logits
+        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1).cpu()  # (B, window, V)
         values = []
         for row, (_, completion) in enumerate(rows):
             k = len(completion)
             targets = torch.tensor(completion)  # (k,)
-            predicted = logprobs[row, width - k - 1 : width - 1]  # (k, V) the columns before each target
+            predicted = logprobs[row, window - k :]  # (k, V) the columns before each target
             values.append(float(predicted.gather(-1, targets.unsqueeze(-1)).sum()))
         return values
 
@@ -196,15 +204,10 @@ class HFRolloutWorker(RolloutWorker):
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with self.serving(policy):
-                out = self.model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs
-                )
-        finally:
-            self.model.train(was_training)
+        with self.serving(policy):
+            out = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs
+            )
         new_tokens = out.sequences[:, width:].cpu()  # (B, N)
         scores = torch.stack(out.scores, dim=1).float()  # (B, N, V) processed logits
         logprobs = torch.log_softmax(scores, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1).cpu()
