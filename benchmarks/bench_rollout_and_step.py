@@ -3,7 +3,11 @@
 1. Rollout: 64 Tic-Tac-Toe games (learner vs RandomBot) through the arena, whose pending model
    calls are coalesced into one generate call per turn, against the same games played with one
    generate call per request (the baseline).
-2. Training step: logprobs of the completion tokens with the LM head only on the completion
+2. League rollout: 64 Tic-Tac-Toe games of the learner against 20 past checkpoints (peft
+   adapters saved to a temporary directory, all held loaded), with every policy's pending rows
+   in one generate call (peft's mixed-adapter batches), against one generate call per policy
+   per turn (the baseline).
+3. Training step: logprobs of the completion tokens with the LM head only on the completion
    window (``logits_to_keep``), against a full-sequence forward that computes logits at every
    position (the baseline), on the same records.
 
@@ -12,8 +16,10 @@ Prints medians of several repeats and the ratios. Run: python benchmarks/bench_r
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
+import tempfile
 import time
 
 import torch
@@ -28,6 +34,16 @@ from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
 from sp_lightning.model import LoraSettings, PolicySettings
 
 REPEATS = 5
+
+
+class OneCallPerPolicy(HFRolloutWorker):
+    """Baseline: the same backend, but policies never share a generate call."""
+
+    def _calls(self, policies):
+        calls = []
+        for policy in dict.fromkeys(policies):
+            calls.append([i for i, p in enumerate(policies) if p == policy])
+        return calls
 
 
 class OneAtATime(HFRolloutWorker):
@@ -66,6 +82,37 @@ def main() -> None:
     single = median_time(lambda: play(OneAtATime))
     print(f"rollout, 64 games: coalesced {64 / batched:8.1f} games/s | one call per request "
           f"{64 / single:8.1f} games/s | speed-up x{single / batched:.1f}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mix = {}
+        for index in range(20):
+            with torch.no_grad():
+                for p in module.model.parameters():
+                    if p.requires_grad:
+                        p.add_(torch.randn_like(p) * 0.05)
+            module.model.save_pretrained(os.path.join(tmp, f"c{index}"), selected_adapters=["default"])
+            mix[f"checkpoint:c{index}"] = 1.0
+        league_game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents=mix)
+
+        def play_league(worker):
+            for index in range(20):
+                worker.register_adapter(f"c{index}", os.path.join(tmp, f"c{index}"))
+            arena = Arena(worker, sampling, bots=bots)
+            rng = random.Random(0)
+            episodes = [league_game.episode(FixedMix().seats(league_game, rng)) for _ in range(64)]
+            return arena.collect(episodes, list(range(64)), RAE())
+
+        def timed(worker_cls):  # the workers share the model: each unloads its adapters after
+            worker = worker_cls(module.model, module.tokenizer, max_adapters=32)
+            seconds = median_time(lambda: play_league(worker))
+            for name in list(worker.loaded):
+                worker.forget_adapter(name)
+            return seconds
+
+        mixed = timed(HFRolloutWorker)
+        per_policy = timed(OneCallPerPolicy)
+    print(f"league rollout, 64 games vs 20 checkpoints: one mixed call {64 / mixed:8.1f} games/s | "
+          f"one call per policy {64 / per_policy:8.1f} games/s | speed-up x{per_policy / mixed:.1f}")
 
     records = play(HFRolloutWorker).records
     batch = collate(records, module.tokenizer.pad_token_id)

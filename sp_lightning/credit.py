@@ -13,7 +13,8 @@ Assigners:
 - :class:`GRPO`: group-relative, ``(return - group mean) / group std`` (Shao et al. 2024);
   ``normalize=False`` gives Dr. GRPO (Liu et al. 2025).
 - :class:`RAE`: role-conditioned advantage estimation with a per-(episode, role) moving-average
-  baseline (SPIRAL, Liu et al. 2025), for self-play where a role's reward is not symmetric.
+  baseline (SPIRAL, Liu et al. 2025), for self-play where a role's reward is not symmetric;
+  ``by_opponent=True`` also splits it by who sat in the other seats (league play).
 - :class:`Constant`: the return itself, no baseline (REINFORCE).
 
 Where this departs from the papers:
@@ -29,12 +30,23 @@ Where this departs from the papers:
    step return), and only for roles that have a trainable step in that rollout, so a seat held
    by a bot or a frozen checkpoint never moves the learner's baseline. The advantage uses the
    baseline from before the update, as in SPIRAL.
+5. ``RAE(by_opponent=True)`` keys the baseline by the opponents too (bots and the base model by
+   name, every past checkpoint as one ``checkpoint``, the learner itself as ``learner``). In a
+   league the hero meets opponents of very different strength: one shared baseline makes every
+   game against a strong bot a "bad" game and every game against RandomBot a "good" one, noise
+   that hides which moves won. A baseline per opponent type removes that variance.
+6. ``RAE(discount=g)`` lets the role's episode reward reach a step as ``g**k * R``, ``k`` being
+   how many moves the role made after it in that rollout (the step's own reward is not
+   discounted). With ``g = 1`` (SPIRAL) winning now and winning three moves later are the same
+   to every move; with ``g < 1`` the move that wins at once earns more than one that lets the
+   game go on, and a move that puts off a loss (a block) earns more than one that loses at
+   once: the incentive a player against a weak opponent otherwise hardly feels.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -144,30 +156,53 @@ class RAE:
     (episode name, role), starting at 0. Rollouts are processed in order; each trainable step's
     advantage uses the baseline before this rollout's update, then, once per rollout and role
     with a trainable step, ``b <- decay * b + (1 - decay) * rollout.rewards[role]``.
+
+    Args:
+        decay: The moving average's decay.
+        by_opponent: Key the baseline by (episode, role, opponents) instead, where opponents
+            names who held the other seats (see :func:`opponents_of`); the role's key then reads
+            ``"<role> vs <opponents>"`` in the state dict.
+        discount: The episode reward reaches a step as ``discount**k * R``, ``k`` the role's
+            later moves in the rollout (1: undiscounted, as in SPIRAL). The baseline still
+            tracks the undiscounted episode reward.
     """
 
-    def __init__(self, decay: float = 0.95) -> None:
+    def __init__(self, decay: float = 0.95, by_opponent: bool = False, discount: float = 1.0) -> None:
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"decay must be in [0, 1], got {decay}")
+        if not 0.0 < discount <= 1.0:
+            raise ValueError(f"discount must be in (0, 1], got {discount}")
         self.decay = decay
+        self.by_opponent = by_opponent
+        self.discount = discount
         self.baselines: dict[tuple[str, str], float] = {}
         self.last_stats: dict[str, float] = {}
+
+    def baseline_key(self, rollout: Rollout, role: str) -> tuple[str, str]:
+        if not self.by_opponent:
+            return (rollout.episode, role)
+        return (rollout.episode, f"{role} vs {opponents_of(rollout, role)}")
 
     def assign(self, rollouts: list[Rollout]) -> None:
         advantages = []
         for top in rollouts:
             for rollout in top.walk():
                 roles_seen = []
+                later = Counter(step.role for step in rollout.steps)  # the role's moves from here on
                 for step in rollout.steps:
+                    later[step.role] -= 1
                     if not step.trainable:
                         continue
-                    key = (rollout.episode, step.role)
-                    step.advantage = step_return(rollout, step) - self.baselines.get(key, 0.0)
+                    key = self.baseline_key(rollout, step.role)
+                    ret = step_return(rollout, step)
+                    if self.discount != 1.0:
+                        ret = self.discount ** later[step.role] * float(rollout.rewards[step.role]) + float(step.reward)
+                    step.advantage = ret - self.baselines.get(key, 0.0)
                     advantages.append(step.advantage)
                     if step.role not in roles_seen:
                         roles_seen.append(step.role)
                 for role in roles_seen:
-                    key = (rollout.episode, role)
+                    key = self.baseline_key(rollout, role)
                     old = self.baselines.get(key, 0.0)
                     reward = float(rollout.rewards[role])
                     self.baselines[key] = self.decay * old + (1.0 - self.decay) * reward
@@ -190,6 +225,18 @@ class RAE:
             for episode, roles in state["baselines"].items()
             for role, value in roles.items()
         }
+
+
+def opponents_of(rollout: Rollout, role: str) -> str:
+    """Who held the seats other than ``role``'s, as one key: each policy by its name except past
+    checkpoints, which share ``checkpoint``; sorted and comma-joined (``learner`` in mirror
+    self-play); ``none`` for a rollout without seats (a single-role episode)."""
+    names = sorted(
+        "checkpoint" if policy.kind == "checkpoint" else str(policy)
+        for seat, policy in rollout.seats.items()
+        if seat != role
+    )
+    return ",".join(names) or "none"
 
 
 class Constant:

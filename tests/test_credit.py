@@ -5,7 +5,7 @@ import math
 import pytest
 
 from sp_lightning.credit import GRPO, RAE, Constant, step_return
-from sp_lightning.types import Completion, PolicyRef, Rollout, Step
+from sp_lightning.types import LEARNER, Completion, PolicyRef, Rollout, Step
 
 
 def learner(role, reward=0.0):
@@ -249,6 +249,47 @@ def test_rae_state_dict_round_trip():
     resumed.assign(b)
     assert advantages(a) == advantages(b) == pytest.approx([-0.5])
     assert state == {"baselines": {"ttt": {"x": 0.5}}}  # a copy, not changed by later updates
+
+
+def test_rae_by_opponent_keeps_one_baseline_per_opponent_type():
+    """decay 0.5, the learner as x. Against RandomBot it wins (x 1), against the tactical bot it
+    loses (x -1), against two past checkpoints it draws. Per opponent, the second game against
+    each gets A = R - 0.5 R: [0.5, -0.5, 0, 0]; one shared baseline would have mixed them.
+    Both checkpoints share one baseline; a mirror game (learner in both seats) has its own."""
+    def game(x, opponent):
+        return rollout({"x": x, "o": -x}, steps=[learner("x"), bot("o")],
+                       seats={"x": LEARNER, "o": opponent})
+
+    opponents = [PolicyRef("bot", "random"), PolicyRef("bot", "tactical"),
+                 PolicyRef("checkpoint", "ckpt-10"), PolicyRef("checkpoint", "ckpt-20")]
+    credit = RAE(decay=0.5, by_opponent=True)
+    credit.assign([game(1.0, opponents[0]), game(-1.0, opponents[1]), game(0.0, opponents[2])])
+    second = [game(1.0, opponents[0]), game(-1.0, opponents[1]), game(0.0, opponents[3])]
+    credit.assign(second)
+    assert [r.steps[0].advantage for r in second] == pytest.approx([0.5, -0.5, 0.0])
+    mirror = rollout({"x": 1.0, "o": -1.0}, seats={"x": LEARNER, "o": LEARNER})
+    credit.assign([mirror])
+    assert advantages([mirror]) == pytest.approx([1.0, -1.0])
+    assert credit.state_dict() == {"baselines": {"ttt": {
+        "x vs bot:random": 0.75, "x vs bot:tactical": -0.75, "x vs checkpoint": 0.0,
+        "x vs learner": 0.5, "o vs learner": -0.5}}}
+    restored = RAE(decay=0.5, by_opponent=True)
+    restored.load_state_dict(credit.state_dict())
+    assert restored.baselines == credit.baselines
+
+
+def test_rae_discount_pays_the_last_move_most():
+    """discount 0.5, x moves three times and wins (x 1), o moves twice with an invalid-move
+    penalty -0.5 on its last move and loses (o -1); baselines 0. x's moves get [0.25, 0.5, 1],
+    o's [-0.5, -1 - 0.5]: the step's own reward is not discounted."""
+    steps = [learner("x"), learner("o"), learner("x"), learner("o", reward=-0.5), learner("x")]
+    rs = [rollout({"x": 1.0, "o": -1.0}, steps=steps)]
+    credit = RAE(decay=0.5, discount=0.5)
+    credit.assign(rs)
+    assert advantages(rs) == pytest.approx([0.25, -0.5, 0.5, -1.5, 1.0])
+    assert credit.state_dict() == {"baselines": {"ttt": {"x": 0.5, "o": -0.5}}}
+    with pytest.raises(ValueError, match="discount"):
+        RAE(discount=0.0)
 
 
 def test_constant_is_the_return():

@@ -1,5 +1,5 @@
 """Policy routing in the HF worker: learner, base (adapter off) and saved checkpoints as named
-peft adapters, batched per adapter, with an LRU cap on adapters held at once."""
+peft adapters, mixed in one batch (peft's adapter_names), with an LRU cap on adapters held at once."""
 
 import pytest
 import torch
@@ -51,18 +51,14 @@ def test_checkpoints_serve_their_saved_weights_beside_the_learner(policy, tmp_pa
     torch.testing.assert_close(_scores(worker, PolicyRef("base")), base)
 
 
-def test_one_generate_call_per_policy_and_versions(policy, tmp_path):
+def test_each_completion_names_its_policy_and_version(policy, tmp_path):
     model, tok = policy
     worker = HFRolloutWorker(model, tok)
     model.save_pretrained(tmp_path / "x", selected_adapters=["default"])
     worker.register_adapter("x", str(tmp_path / "x"))
     worker.sync_weights(7)
-    calls = []
-    original = worker._generate_ids
-    worker._generate_ids = lambda prompts, p, s: calls.append(p) or original(prompts, p, s)
     requests = [ModelRequest("p", PROMPT, ref) for ref in (LEARNER, PolicyRef("checkpoint", "x"), LEARNER, PolicyRef("base"))]
     out = worker.generate(requests, SamplingSettings(max_new_tokens=1))
-    assert sorted(map(str, calls)) == ["base", "checkpoint:x", "learner"]
     assert [c.policy for c in out] == [r.policy for r in requests]
     assert out[0].policy_version == 7 and out[1].policy_version == 0
 
@@ -74,3 +70,46 @@ def test_unknown_checkpoint_and_bad_directory_are_clear_errors(policy, tmp_path)
         _scores(worker, PolicyRef("checkpoint", "nope"))
     with pytest.raises(ValueError, match="adapter_config.json"):
         worker.register_adapter("bad", str(tmp_path))
+
+
+def test_mixed_policies_share_one_call_and_match_each_policy_served_alone(policy, tmp_path):
+    """Learner, base and two checkpoints in one batch: one generate call (peft's mixed-adapter
+    rows), the same scores and greedy moves as each policy served on its own."""
+    model, tok = policy
+    worker = HFRolloutWorker(model, tok, max_adapters=2)
+    for name, seed in (("m1", 11), ("m2", 12)):
+        torch.manual_seed(seed)
+        _perturb(model, 0.5)
+        model.save_pretrained(tmp_path / name, selected_adapters=["default"])
+        worker.register_adapter(name, str(tmp_path / name))
+    _perturb(model, 0.5)  # the learner moves on
+    refs = [LEARNER, PolicyRef("checkpoint", "m1"), PolicyRef("base"), PolicyRef("checkpoint", "m2"), LEARNER]
+    alone = [_scores(worker, ref) for ref in refs]
+    requests = [ModelRequest("p", PROMPT, ref) for ref in refs]
+    mixed = worker.completion_logprobs(requests, [MOVES] * len(refs))
+    for got, want in zip(mixed, alone):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert len({tuple(round(v, 3) for v in s) for s in alone}) == 4, "four different policies"
+
+    greedy = SamplingSettings(max_new_tokens=2, temperature=0.0)
+    alone_out = [worker.generate([request], greedy)[0] for request in requests]
+    calls = []
+    original = worker._generate_ids
+    worker._generate_ids = lambda prompts, p, s: calls.append(list(p)) or original(prompts, p, s)
+    out = worker.generate(requests, greedy)
+    assert len(calls) == 1 and sorted(map(str, calls[0])) == sorted(map(str, refs))
+    assert [c.policy for c in out] == refs
+    assert [c.completion_ids for c in out] == [c.completion_ids for c in alone_out]
+    for got, want in zip(out, alone_out):
+        torch.testing.assert_close(got.logprobs, want.logprobs, atol=1e-5, rtol=0)
+
+
+def test_a_call_holds_at_most_max_adapters_checkpoints_and_max_batch_size_rows(policy, tmp_path):
+    model, tok = policy
+    worker = HFRolloutWorker(model, tok, max_batch_size=4, max_adapters=2)
+    refs = [PolicyRef("checkpoint", n) for n in "abc"] + [LEARNER] * 5
+    calls = worker._calls(refs)
+    assert sorted(i for call in calls for i in call) == list(range(len(refs)))
+    for call in calls:
+        assert len(call) <= 4
+        assert len({refs[i] for i in call if refs[i].kind == "checkpoint"}) <= 2

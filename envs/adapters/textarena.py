@@ -347,7 +347,9 @@ class TextArenaRules:
         if len(text) > self._clip:
             text = text[: self._clip] + "..."
         role = self.env.state.role_mapping.get(sender, f"Player {sender}")
-        return to_charset(f"{role}: {text}")
+        # every line carries its sender, so a multi-line message cannot pass a line of its own off
+        # as one of the game's announcements ("Player 1 made the following offer ...")
+        return to_charset("\n".join(f"{role}: {line}" for line in text.splitlines() or [""]))
 
     @property
     def current_player(self) -> int:

@@ -143,6 +143,7 @@ class LeagueCallback(L.Callback):
         self.baselines = list(DEFAULT_BASELINES if baselines is None else baselines)
         self.exploitability_every = exploitability_every
         self.pooler = MatchPooler(games_per_match)
+        self._warned_adapter_cap = False
         self.run_name = run_name
         self.registry = LeagueRegistry(os.path.join(dir, "league.json"), run_name=run_name)
         self.best_hero_rating: float | None = None
@@ -250,6 +251,7 @@ class LeagueCallback(L.Callback):
                 stats={f"coverage_{n}": v for n, v in self.sampler.coverage.coverages(HERO_ID).items()},
             ), exist_ok=True)
             trainer.datamodule.worker.register_adapter(agent_id, path)
+            self._warn_if_adapters_thrash(trainer.datamodule.worker, len(checkpoints) + 1)
             if self.best_hero_rating is None or new_best:
                 self.best_hero_rating = rating
             self._event(trainer, f"step {step}: {agent_id} added ({', '.join(tags)}), rating {rating:.2f}")
@@ -260,6 +262,16 @@ class LeagueCallback(L.Callback):
             self.pruned.append((step, agent.adapter_path))
             self._event(trainer, f"step {step}: {agent.id} left the league (older than the recent window)")
         return bool(tags or pruned)
+
+    def _warn_if_adapters_thrash(self, worker, checkpoints: int) -> None:
+        """Once per run: a league with more checkpoints than the worker holds reloads adapters
+        from disk every turn (measured 2x slower rollouts at 20 checkpoints and a cap of 8)."""
+        cap = getattr(worker, "max_adapters", None)
+        if cap is not None and checkpoints > cap and not self._warned_adapter_cap:
+            self._warned_adapter_cap = True
+            log.warning("the league holds %d checkpoints but the rollout worker keeps at most %d adapters "
+                        "loaded (data.rollout.init_args.max_adapters): rollouts will reload adapters "
+                        "from disk; raise it to the league's size if memory allows", checkpoints, cap)
 
     def _delete_pruned(self) -> None:
         """Adapters pruned at or before the last written Lightning checkpoint are no longer

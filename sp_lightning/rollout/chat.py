@@ -1,0 +1,71 @@
+"""Chat messages to prompt token ids, where text written by a model is data, never control.
+
+Self-play puts models' text into prompts: another seat's message in a free-text game, the
+model's own earlier answers, a judge's verdict. A chat template renders message contents
+verbatim, and tokenizers turn any occurrence of a special-token string (``<|im_start|>``,
+``<|im_end|>``, ``<|endoftext|>``, ...) into that special token's id. A model can spell those
+strings with ordinary tokens, so without care one seat could open a fake ``system`` turn in
+another seat's prompt, and that prompt becomes training data.
+
+This is the one place in the prompt path that prevents it: every backend encodes prompts with
+:func:`encode_chat`. The contents of untrusted messages (every role but ``system``, which comes
+from the config) have each special-token string broken by a zero-width space after its first
+character, so the text still reads the same to a person and the tokenizer sees ordinary
+characters. It works for any tokenizer: the strings come from the tokenizer itself
+(``all_special_tokens`` and every added token marked special), not from a list per model.
+Added tokens that are not special (the tiny model's move tokens such as ``[4]``) are data and
+stay as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+BREAK = "\u200b"  # zero-width space: invisible, and never part of a special token
+TRUSTED_ROLES = frozenset({"system"})
+
+
+def special_token_strings(tokenizer) -> tuple[str, ...]:
+    """Every string the tokenizer would turn into a special token, longest first."""
+    strings = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    for token in (getattr(tokenizer, "added_tokens_decoder", {}) or {}).values():
+        if getattr(token, "special", False):
+            strings.add(str(token.content))
+    return tuple(sorted((s for s in strings if len(s) > 1), key=len, reverse=True))
+
+
+def neutralise(text: str, specials: Iterable[str]) -> str:
+    """``text`` with every occurrence of a special-token string broken by :data:`BREAK`.
+
+    Repeats until none is left, so a string rebuilt around a broken one (``<|im_<|im_end|>end|>``)
+    is caught too; each pass only inserts characters inside a match, so it ends.
+    """
+    specials = tuple(specials)
+    changed = True
+    while changed:
+        changed = False
+        for special in specials:
+            if special in text:
+                text = text.replace(special, special[0] + BREAK + special[1:])
+                changed = True
+    return text
+
+
+def neutralise_messages(messages: list[dict[str, str]], specials: Iterable[str]) -> list[dict[str, str]]:
+    """A copy of ``messages`` whose untrusted contents (every role but ``system``) are neutralised."""
+    specials = tuple(specials)
+    return [
+        message if message.get("role") in TRUSTED_ROLES
+        else {**message, "content": neutralise(str(message.get("content", "")), specials)}
+        for message in messages
+    ]
+
+
+def encode_chat(tokenizer, messages: list[dict[str, str]], specials: Iterable[str] | None = None) -> list[int]:
+    """Token ids of ``messages`` in the tokenizer's chat template, ready for the assistant's
+    answer, with untrusted contents neutralised. ``specials``: :func:`special_token_strings`
+    of the tokenizer, precomputed by callers that encode many prompts."""
+    if specials is None:
+        specials = special_token_strings(tokenizer)
+    safe = neutralise_messages(messages, specials)
+    return list(tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=True, return_dict=False))
