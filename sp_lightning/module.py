@@ -10,6 +10,7 @@ weights: the base model is rebuilt from its config.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import time
 from contextlib import nullcontext
@@ -23,6 +24,8 @@ from sp_lightning.losses import (
 )
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.types import TrainingRecord
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,8 +93,13 @@ class OptimizerSettings:
     schedule: str = "constant"
     """After warm-up: "constant", or "cosine" decay to min_lr_ratio * lr at trainer.max_steps."""
     min_lr_ratio: float = 0.1
+    max_nonfinite_steps: int = 5
+    """A step whose loss or gradient is NaN or inf is skipped (no weight changes) and logged;
+    this many such steps in a row stop the run with an error."""
 
     def __post_init__(self):
+        if self.max_nonfinite_steps < 1:
+            raise ValueError(f"optimizer.max_nonfinite_steps: expected >= 1, got {self.max_nonfinite_steps}")
         if self.schedule not in ("constant", "cosine"):
             raise ValueError(f"optimizer.schedule: expected 'constant' or 'cosine', got {self.schedule!r}")
 
@@ -188,6 +196,8 @@ class SelfPlayModule(L.LightningModule):
         self.strict_loading = not self.uses_adapter
         self.rollout_worker = None
         self._move_token_ids: dict[str, int | None] = {}
+        self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
+        self.nonfinite_steps = 0
 
     def on_fit_start(self) -> None:
         if str(self.trainer.precision).startswith("16"):
@@ -279,11 +289,17 @@ class SelfPlayModule(L.LightningModule):
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
         # ---- optimizer step ----
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
         if self.optim.grad_clip:
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                [p for p in self.model.parameters() if p.requires_grad], self.optim.grad_clip
-            )
-            totals["grad_norm"] = float(grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
+        totals["grad_norm"] = float(grad_norm)
+        if not (math.isfinite(totals["loss"]) and math.isfinite(totals["grad_norm"])):
+            self._skip_nonfinite_step(opt, records, totals)
+            self._log_rollout(batch.metrics)
+            return None
+        self.nonfinite_in_a_row = 0
         opt.step()
         opt.zero_grad(set_to_none=True)
         self.lr_schedulers().step()
@@ -301,6 +317,29 @@ class SelfPlayModule(L.LightningModule):
         self.log_dict(metrics, batch_size=len(records))
         self._log_rollout(batch.metrics)
         return None
+
+    def _skip_nonfinite_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> None:
+        """Drop this step's gradient (the weights, the optimizer state and the learning-rate
+        schedule stay as they were), log what the batch held, and stop the run once
+        ``optimizer.max_nonfinite_steps`` steps in a row went this way."""
+        opt.zero_grad(set_to_none=True)
+        self.nonfinite_in_a_row += 1
+        self.nonfinite_steps += 1
+        advantages = [r.advantage for r in records]
+        rewards = [r.reward for r in records]
+        detail = (f"loss {totals['loss']}, grad norm {totals['grad_norm']}; the batch: {len(records)} "
+                  f"records, rewards in [{min(rewards):.3g}, {max(rewards):.3g}], advantages in "
+                  f"[{min(advantages):.3g}, {max(advantages):.3g}], policy versions "
+                  f"{sorted({r.policy_version for r in records})}")
+        log.warning("optimizer step %d skipped (%d in a row): non-finite %s",
+                    self.global_step, self.nonfinite_in_a_row, detail)
+        self.log("train/nonfinite_steps", float(self.nonfinite_steps), batch_size=1)
+        if self.nonfinite_in_a_row >= self.optim.max_nonfinite_steps:
+            raise RuntimeError(
+                f"{self.nonfinite_in_a_row} optimizer steps in a row had a non-finite loss or gradient "
+                f"(optimizer.max_nonfinite_steps = {self.optim.max_nonfinite_steps}); last: {detail}. "
+                f"Lower optimizer.lr, check the rewards for inf/NaN, or resume from the last checkpoint."
+            )
 
     def _legal_moves(self, records: list[TrainingRecord], mb: TrainBatch, vocab: int):
         """(first_position (B,), legal_mask (B, V), known (B,)) of a micro-batch: the column of

@@ -1,0 +1,62 @@
+"""A NaN loss skips its optimizer step and the run goes on; K in a row stop it with a message.
+
+The fault is injected into the real module: ``NaNLogprobsInjector`` wraps
+``SelfPlayModule.sequence_logprobs`` so that chosen training batches' logprobs become NaN (and it
+notes the adapter weights each batch starts from), inside an ordinary ``sp-lightning fit``.
+"""
+
+import logging
+
+import pytest
+import torch
+
+from sp_lightning.cli import main
+from sp_lightning.module import SelfPlayModule
+
+from test_e2e import _args
+
+
+class NaNLogprobsInjector:
+    """Makes the logprobs of the training batches numbered in ``nan_at`` (0-based) NaN."""
+
+    def __init__(self, monkeypatch, nan_at):
+        self.nan_at = set(nan_at)
+        self.weights_at_batch: list[torch.Tensor] = []
+        original = SelfPlayModule.sequence_logprobs
+        injector = self
+
+        def sequence_logprobs(module, batch, disable_adapter=False):
+            logprobs, logits = original(module, batch, disable_adapter)
+            if disable_adapter:
+                return logprobs, logits
+            batch_index = len(injector.weights_at_batch)
+            trainable = [p.detach().clone().flatten() for p in module.model.parameters() if p.requires_grad]
+            injector.weights_at_batch.append(torch.cat(trainable))
+            if batch_index in injector.nan_at:
+                logprobs = logprobs * float("nan")
+            return logprobs, logits
+
+        monkeypatch.setattr(SelfPlayModule, "sequence_logprobs", sequence_logprobs)
+
+
+def test_a_nan_loss_skips_the_step_and_the_run_continues(tmp_path, monkeypatch, caplog):
+    """Batch 1 is NaN: its step changes no weight (batch 2 starts from batch 1's weights) and the
+    run still reaches max_steps 3, one batch later; the warning names the step and the batch."""
+    injector = NaNLogprobsInjector(monkeypatch, nan_at={1})
+    with caplog.at_level(logging.WARNING, logger="sp_lightning.module"):
+        main(["fit", *_args("tictactoe_tiny.yaml", tmp_path, 3, "--model.micro_batch_size", "512")])
+    weights = injector.weights_at_batch
+    assert len(weights) == 4, "3 optimizer steps took 4 batches"
+    assert not torch.equal(weights[0], weights[1]), "a normal step moves the weights"
+    assert torch.equal(weights[1], weights[2]), "the NaN step moved nothing"
+    assert not torch.equal(weights[2], weights[3])
+    assert any("optimizer step 1 skipped (1 in a row): non-finite loss nan" in r.message for r in caplog.records)
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 3
+
+
+def test_k_nan_steps_in_a_row_stop_the_run_with_a_message(tmp_path, monkeypatch):
+    NaNLogprobsInjector(monkeypatch, nan_at=range(100))
+    with pytest.raises(RuntimeError, match=r"2 optimizer steps in a row had a non-finite loss .*max_nonfinite_steps = 2"):
+        main(["fit", *_args("tictactoe_tiny.yaml", tmp_path, 3, "--model.micro_batch_size", "512",
+                            "--model.optimizer.max_nonfinite_steps", "2")])
