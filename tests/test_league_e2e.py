@@ -79,6 +79,15 @@ def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
     assert {"base_model", "random_bot", "chaos_bot", "hero"} <= set(final.agents)
     json.loads((tmp_path / "league" / "league.json").read_text())  # valid JSON on disk
 
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for version in (tmp_path / "tb").iterdir():
+        accumulator = EventAccumulator(str(version), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        tags |= {t for t in accumulator.Tags()["scalars"] if t.startswith("league/eval/win_rate_vs_")}
+    assert tags and tags <= {f"league/eval/win_rate_vs_{g}" for g in ("random_bot", "best", "recent")}, tags
+
 
 def test_baselines_are_the_default_ids_or_any_registered_bot():
     import pytest

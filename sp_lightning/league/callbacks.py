@@ -144,6 +144,7 @@ class LeagueCallback(L.Callback):
         self.exploitability_every = exploitability_every
         self.pooler = MatchPooler(games_per_match)
         self._warned_adapter_cap = False
+        self.process_labels: dict[str, str] = {}
         self.run_name = run_name
         self.registry = LeagueRegistry(os.path.join(dir, "league.json"), run_name=run_name)
         self.best_hero_rating: float | None = None
@@ -313,16 +314,19 @@ class LeagueCallback(L.Callback):
             return
         newest = checkpoints[-1]
         best = state.metadata.get("best_agent")
-        gatekeepers = []
-        for name in self.evaluator.gatekeepers:
-            if name == "best":
+        labels: dict[str, str] = {}  # gatekeeper id -> the name it was asked for (its chart)
+        for label in self.evaluator.gatekeepers:
+            name = label
+            if label == "best":
                 name = best
-            elif name == "recent":
+            elif label == "recent":
                 name = checkpoints[-2].id if len(checkpoints) > 1 else None
-            if name and name != newest.id and name not in gatekeepers and name in state.agents:
-                gatekeepers.append(name)
+            if name and name != newest.id and name not in labels and name in state.agents:
+                labels[name] = label
+        gatekeepers = list(labels)
         if not gatekeepers:
             return
+        self.process_labels = labels
         from sp_lightning.league.evaluator import die_with_parent, spec_for
 
         dm = trainer.datamodule
@@ -354,8 +358,8 @@ class LeagueCallback(L.Callback):
             summary = json.load(f)
         metrics = {"league/eval/seconds": summary["seconds"]}
         for gatekeeper, r in summary["results"].items():
-            kind = gatekeeper.split("-")[0]  # ckpt-000123 -> ckpt
-            metrics[f"league/eval/win_rate_vs_{kind}"] = r["win_rate"]
+            label = self.process_labels.get(gatekeeper, gatekeeper)  # "best" and "recent" apart
+            metrics[f"league/eval/win_rate_vs_{label}"] = r["win_rate"]
             self._event(trainer, f"{summary['agent']} vs {gatekeeper}: win {r['win_rate']:.3f}, "
                                  f"payoff {r['payoff']:+.3f} over {r['games']} games; ratings updated")
         return metrics
