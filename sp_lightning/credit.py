@@ -59,14 +59,15 @@ class CreditAssigner(Protocol):
     def assign(self, rollouts: list[Rollout]) -> None: ...
 
 
-def step_return(rollout: Rollout, step: Step) -> float:
-    """The role's episode reward from the rubric plus the step's own immediate reward."""
+def step_return(rollout: Rollout, step: Step, discount: float = 1.0) -> float:
+    """The role's episode reward from the rubric (times ``discount``) plus the step's own
+    immediate reward."""
     if step.role not in rollout.rewards:
         raise KeyError(
             f"rollout {rollout.episode!r} has no reward for role {step.role!r} "
             f"(rewards: {rollout.rewards}); the rubric must score every role with trainable steps"
         )
-    return float(rollout.rewards[step.role]) + float(step.reward)
+    return discount * float(rollout.rewards[step.role]) + float(step.reward)
 
 
 def trainable_steps(rollouts: list[Rollout]) -> Iterator[tuple[Rollout, Step]]:
@@ -194,9 +195,7 @@ class RAE:
                     if not step.trainable:
                         continue
                     key = self.baseline_key(rollout, step.role)
-                    ret = step_return(rollout, step)
-                    if self.discount != 1.0:
-                        ret = self.discount ** later[step.role] * float(rollout.rewards[step.role]) + float(step.reward)
+                    ret = step_return(rollout, step, self.discount ** later[step.role])
                     step.advantage = ret - self.baselines.get(key, 0.0)
                     advantages.append(step.advantage)
                     if step.role not in roles_seen:

@@ -266,7 +266,8 @@ class LeagueCallback(L.Callback):
 
     def _warn_if_adapters_thrash(self, worker, checkpoints: int) -> None:
         """Once per run: a league with more checkpoints than the worker holds reloads adapters
-        from disk every turn (measured 2x slower rollouts at 20 checkpoints and a cap of 8)."""
+        from disk every turn (one run, 64 games against 20 checkpoints: 4.1 s with a cap of 8,
+        0.7 s with 32)."""
         cap = getattr(worker, "max_adapters", None)
         if cap is not None and checkpoints > cap and not self._warned_adapter_cap:
             self._warned_adapter_cap = True

@@ -37,8 +37,9 @@ def special_token_strings(tokenizer) -> tuple[str, ...]:
 def neutralise(text: str, specials: Iterable[str]) -> str:
     """``text`` with every occurrence of a special-token string broken by :data:`BREAK`.
 
-    Repeats until none is left, so a string rebuilt around a broken one (``<|im_<|im_end|>end|>``)
-    is caught too; each pass only inserts characters inside a match, so it ends.
+    ``str.replace`` breaks non-overlapping matches only, so it repeats until none is left (a
+    special string that overlaps itself, such as ``aa`` in ``aaa``); each pass only inserts
+    characters inside a match, so it ends.
     """
     specials = tuple(specials)
     changed = True
@@ -53,7 +54,7 @@ def neutralise(text: str, specials: Iterable[str]) -> str:
 
 def neutralise_messages(messages: list[dict[str, str]], specials: Iterable[str]) -> list[dict[str, str]]:
     """A copy of ``messages`` whose untrusted contents (every role but ``system``) are neutralised."""
-    specials = tuple(specials)
+    specials = tuple(specials)  # read once per message below, not consumed by the first
     return [
         message if message.get("role") in TRUSTED_ROLES
         else {**message, "content": neutralise(str(message.get("content", "")), specials)}
