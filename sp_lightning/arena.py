@@ -163,7 +163,11 @@ def _run_coroutine(coroutine):
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        in_a_loop = False
+    else:
+        in_a_loop = True
+    if not in_a_loop:  # run outside the except block: an episode's error is not shown as raised
+        return asyncio.run(coroutine)  # while handling "no running event loop"
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
 

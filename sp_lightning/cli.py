@@ -123,6 +123,9 @@ def evaluate_main(args: list[str]) -> dict:
 def main(args=None) -> None:
     import sys
 
+    from sp_lightning.threads import configure_torch_threads
+
+    configure_torch_threads()
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["evaluate"]:
         evaluate_main(argv[1:])

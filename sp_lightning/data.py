@@ -78,6 +78,26 @@ class _EvalJobs(IterableDataset):
         yield from self.games
 
 
+def check_moves_fit(games: list[GameSettings], tokenizer, max_new_tokens: int) -> None:
+    """Refuse, before any game is played, a run whose answers cannot hold a move: a game's move
+    takes more tokens under this tokenizer than ``max_new_tokens`` lets the policy write. With the
+    tiny model that means the game's moves were not made single tokens (``policy.tiny.games``);
+    every answer would be an invalid move and the run would learn nothing, silently."""
+    for index, game in enumerate(games):
+        moves = game.info.moves if game.info is not None else ()
+        if not moves:
+            continue
+        lengths = {move: len(tokenizer.encode(move, add_special_tokens=False)) for move in moves}
+        longest = max(lengths, key=lengths.get)
+        if lengths[longest] > max_new_tokens:
+            raise ValueError(
+                f"data.sampling.max_new_tokens: {max_new_tokens} token(s) cannot hold move {longest!r} of "
+                f"data.games[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
+                f"max_new_tokens, or with model: tiny add {game.id!r} to model.policy.tiny.games so that its "
+                f"moves are single tokens"
+            )
+
+
 class SelfPlayDataModule(L.LightningDataModule):
     def __init__(
         self,
@@ -130,6 +150,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         if self.worker is not None:  # setup runs again for validate after fit
             return
         module = self.trainer.lightning_module
+        check_moves_fit(self.games, module.tokenizer, self.sampling.max_new_tokens)
         self.worker = self.rollout_factory(module.model, module.tokenizer)
         self.arena = Arena(self.worker, self.sampling, bots=make_bots(self.seed))
         module.attach_rollout_worker(self.worker)

@@ -67,7 +67,11 @@ class GameSettings:
         from envs import make
 
         self._env_factory = partial(make, self.id, **self.env_kwargs)
-        probe = self._env_factory()
+        try:  # built and dealt once here, so that kwargs the game refuses fail before training
+            probe = self._env_factory()
+            probe.reset(seed=0)
+        except (TypeError, ValueError, AssertionError) as exc:  # AssertionError: TextArena's checks
+            raise ValueError(f"games[{self.id}] with env_kwargs {self.env_kwargs}: {exc}") from exc
         self.agents = list(probe.possible_agents)
         self.info = getattr(probe, "game_info", None)
         probe.close()

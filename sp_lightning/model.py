@@ -224,17 +224,23 @@ def load_policy(settings: PolicySettings):
     elif settings.lora is not None:
         lora = settings.lora
         token_ids = _trainable_token_ids(lora.trainable_tokens, tokenizer, settings.tiny.games)
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=lora.r,
-                lora_alpha=lora.alpha,
-                lora_dropout=lora.dropout,
-                target_modules=lora.target_modules,
-                trainable_token_indices=token_ids or None,
-                task_type="CAUSAL_LM",
-            ),
+        config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.alpha,
+            lora_dropout=lora.dropout,
+            target_modules=lora.target_modules,
+            trainable_token_indices=token_ids or None,
+            task_type="CAUSAL_LM",
         )
+        try:
+            model = get_peft_model(model, config)
+        except ValueError as err:  # peft's NoMatchingPeftModuleError among them
+            linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                             if isinstance(module, torch.nn.Linear)})
+            raise ValueError(
+                f"policy.lora.target_modules: {lora.target_modules!r} does not fit this model ({err}); "
+                f"its linear modules are {linear}, or use 'all-linear'"
+            ) from err
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):

@@ -310,6 +310,9 @@ class SelfPlayModule(L.LightningModule):
         trained_tokens = sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
         metrics = {f"train/{k}": v for k, v in totals.items()}
         metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
+        metrics["train/update_seconds"] = elapsed
+        # the whole step: playing the batch (timed by the arena) and learning from it
+        metrics["train/step_seconds"] = elapsed + batch.metrics.get("rollout/seconds", 0.0)
         metrics["train/records"] = float(len(records))
         metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
         metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)

@@ -7,3 +7,13 @@ def tiny_policy():
     from sp_lightning.model import PolicySettings, load_policy
 
     return load_policy(PolicySettings())
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The hostile-completion tests' counts (the long profile's numbers go in the issue notes)."""
+    import sys
+
+    module = sys.modules.get("test_hostile_completions")
+    if module is not None and module.COUNTS:
+        counts = ", ".join(f"{n} {what}" for what, n in sorted(module.COUNTS.items()))
+        terminalreporter.write_line(f"hostile completions: {counts}")

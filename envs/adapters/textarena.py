@@ -109,6 +109,18 @@ def to_charset(text: str) -> str:
     return "".join(_ascii(c) for c in text)
 
 
+def one_line(text: str) -> str:
+    """A player's action as the game receives it: its lines joined by spaces.
+
+    Games quote a player's action in their own announcements (LiarsDice: "Player 0 attempted an
+    invalid move. ... Submitted action: <the action>"). A multi-line action would then put lines
+    of its own into the game's message, where no sender prefix can mark them, and a model could
+    write "Game over: you won" as a line of the game. On one line, quoted text stays inside the
+    line the game starts. Every separator ``str.splitlines`` knows counts, not only ``\n``.
+    """
+    return " ".join(text.splitlines())
+
+
 # ---- per-game facts ----------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class TextArenaGame:
@@ -347,8 +359,8 @@ class TextArenaRules:
         if len(text) > self._clip:
             text = text[: self._clip] + "..."
         role = self.env.state.role_mapping.get(sender, f"Player {sender}")
-        # every line carries its sender, so a multi-line message cannot pass a line of its own off
-        # as one of the game's announcements ("Player 1 made the following offer ...")
+        # actions reach the game on one line (one_line), but a game may relay text with lines of
+        # its own: every line carries its sender, so none passes for a game announcement
         return to_charset("\n".join(f"{role}: {line}" for line in text.splitlines() or [""]))
 
     @property
@@ -372,7 +384,7 @@ class TextArenaRules:
         self._rejected = False
         self._legal = None
         with self._own_random():
-            self.env.step(text)
+            self.env.step(one_line(text))
             self._collect()
         if not self._rejected:
             self.turns += 1

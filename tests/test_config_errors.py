@@ -1,0 +1,56 @@
+"""Bad configs fail before training, naming the key and what was expected.
+
+Each case runs `sp-lightning fit` in-process on the shipped Tic-Tac-Toe config with one mistake;
+the run must stop before its first optimizer step (no checkpoint, no TensorBoard scalars)."""
+
+import os
+
+import pytest
+
+from sp_lightning.cli import main
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "tictactoe_tiny.yaml")
+
+
+def _fit(tmp_path, *overrides):
+    main(["fit", "--config", CONFIG, "--trainer.default_root_dir", str(tmp_path),
+          "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.max_steps", "1",
+          "--data.episodes_per_batch", "2", *overrides])
+
+
+def _nothing_trained(tmp_path):
+    return not any(name.endswith(".ckpt") for _, _, files in os.walk(tmp_path) for name in files)
+
+
+@pytest.mark.parametrize(("overrides", "named"), [
+    (["--data.episodes_per_bach", "3"], "episodes_per_bach"),  # unknown key
+    (["--data.episodes_per_batch", "many"], "episodes_per_batch"),  # wrong type
+    (["--model.loss.entropy_coef", "[1, 2]"], "entropy_coef"),
+    (["--model.policy.lora.r", "1.5"], "lora.r"),
+])
+def test_parse_errors_name_the_key(tmp_path, capsys, overrides, named):
+    with pytest.raises(SystemExit) as exit_info:
+        _fit(tmp_path, *overrides)
+    assert exit_info.value.code != 0
+    assert named in capsys.readouterr().err
+    assert _nothing_trained(tmp_path)
+
+
+@pytest.mark.parametrize(("overrides", "named", "expected"), [
+    # a LoRA target that matches no module of the model
+    (["--model.policy.lora.target_modules", "[attn_proj]"], "policy.lora.target_modules", "q_proj"),
+    # the tiny tokenizer was built without this game's moves: no move fits in one token
+    (["--model.policy.tiny.games", "[kuhn_poker_v1]"], "data.sampling.max_new_tokens", "model.policy.tiny.games"),
+    # more seats than the game has
+    (["--data.games", '[{"id": "textarena:TicTacToe-v0", "env_kwargs": {"num_players": 3}}]'],
+     "env_kwargs", "number of players"),
+    (["--data.games", '[{"id": "tictactoe_v1", "env_kwargs": {"players": 3}}]'], "env_kwargs", "players"),
+    (["--data.games", '[{"id": "tictactoe_v1", "opponents": {"bot:nobody": 1}}]'], "nobody", "random"),
+])
+def test_impossible_combinations_fail_before_the_first_step(tmp_path, overrides, named, expected):
+    if "textarena" in " ".join(overrides):
+        pytest.importorskip("textarena")
+    with pytest.raises(ValueError) as err:
+        _fit(tmp_path, *overrides)
+    assert named in str(err.value) and expected in str(err.value), str(err.value)
+    assert _nothing_trained(tmp_path)
