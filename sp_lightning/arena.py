@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from sp_lightning.credit import step_return
 from sp_lightning.episodes import Episode
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
 from sp_lightning.types import Completion, ModelRequest, Rollout, TrainingRecord
 
 
@@ -52,6 +52,7 @@ class _Run:
         self.pending: list[tuple[ModelRequest, asyncio.Future]] = []
         self.runnable = 0
         self.generate_calls = 0
+        self.retries = 0
 
     async def generate(self, request: ModelRequest) -> Completion:
         if not request.policy.is_model:
@@ -67,7 +68,9 @@ class _Run:
             return
         batch, self.pending = self.pending, []
         self.generate_calls += 1
-        completions = self.arena.worker.generate([r for r, _ in batch], self.arena.sampling)
+        completions, retries = generate_with_retries(
+            self.arena.worker, [r for r, _ in batch], self.arena.sampling, self.arena.retry)
+        self.retries += retries
         self.runnable += len(batch)
         for (_, future), completion in zip(batch, completions):
             future.set_result(completion)
@@ -112,10 +115,13 @@ class Batch:
 class Arena:
     """Registers a rollout worker and bots; plays episodes; scores, credits and batches them."""
 
-    def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, bots: dict | None = None):
+    def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, bots: dict | None = None,
+                 retry: RetrySettings | None = None):
         self.worker = worker
         self.sampling = sampling
         self.bots = dict(bots or {})
+        self.retry = retry or RetrySettings()
+        self.last_retries = 0
 
     def bot_answer(self, request: ModelRequest) -> Completion:
         name = request.policy.name
@@ -136,6 +142,7 @@ class Arena:
         for episode, rollout in zip(episodes, rollouts):
             episode.rubric.score(rollout)
         self.last_generate_calls = run.generate_calls
+        self.last_retries = run.retries
         return rollouts
 
     def collect(self, episodes: Sequence[Episode], seeds: Sequence[int], credit) -> Batch:
@@ -151,6 +158,7 @@ class Arena:
         metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
         metrics["rollout/seconds"] = elapsed
         metrics["rollout/generate_calls"] = float(self.last_generate_calls)
+        metrics["rollout/retries"] = float(self.last_retries)
         metrics["rollout/records"] = float(len(records))
         for name, value in getattr(credit, "last_stats", {}).items():
             metrics[f"credit/{name}"] = float(value)

@@ -54,6 +54,18 @@ class SelfPlayCLI(LightningCLI):
             }
         )
 
+    def instantiate_trainer(self, **kwargs):
+        """The trainer, with checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io)
+        unless the config chose its own checkpoint IO."""
+        from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+        from sp_lightning.checkpoint_io import AtomicCheckpointIO
+
+        trainer = super().instantiate_trainer(**kwargs)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
 
 def evaluate_main(args: list[str]) -> dict:
     """``sp-lightning evaluate``: the config's model and games, a checkpoint, an opponent, seeds."""

@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from sp_lightning.arena import Arena, seeded_rng
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
-from sp_lightning.rollout import HFRolloutWorker, RolloutWorker, SamplingSettings
+from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 
 RolloutFactory = Callable[[Any, Any], RolloutWorker]
 """A rollout backend class with its settings; LightningCLI leaves (model, tokenizer) to setup."""
@@ -109,6 +109,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         seed: int = 0,
         opponents: OpponentSampler | None = None,
         rollout: RolloutFactory | None = None,
+        retry: RetrySettings | None = None,
     ):
         """
         Args:
@@ -123,6 +124,8 @@ class SelfPlayDataModule(L.LightningDataModule):
                 sp_lightning.league.LeagueSampler).
             rollout: The rollout backend serving every model policy (class_path:
                 sp_lightning.rollout.HFRolloutWorker by default), built at setup with the model.
+            retry: How a generate call that failed with a transient fault (a remote server's
+                timeout or dropped connection) is retried before the run stops.
         """
         super().__init__()
         if not games:
@@ -137,6 +140,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.seed = seed
         self.opponents: OpponentSampler = opponents if opponents is not None else FixedMix()
         self.rollout_factory: RolloutFactory = rollout if rollout is not None else HFRolloutWorker
+        self.retry = retry or RetrySettings()
         self.batches_played = 0
         self.arena: Arena | None = None
         self.worker: RolloutWorker | None = None
@@ -152,7 +156,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         module = self.trainer.lightning_module
         check_moves_fit(self.games, module.tokenizer, self.sampling.max_new_tokens)
         self.worker = self.rollout_factory(module.model, module.tokenizer)
-        self.arena = Arena(self.worker, self.sampling, bots=make_bots(self.seed))
+        self.arena = Arena(self.worker, self.sampling, bots=make_bots(self.seed), retry=self.retry)
         module.attach_rollout_worker(self.worker)
 
     def eval_env_overrides(self) -> dict[str, Any]:

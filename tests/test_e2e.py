@@ -57,6 +57,8 @@ def test_fit_trains_the_adapter_saves_and_resumes(tmp_path, config):
     resumed = torch.load(last, weights_only=False)
     assert resumed["global_step"] == 6
     assert resumed["SelfPlayDataModule"]["batches_played"] == 6
+    # saved through sp_lightning.checkpoint_io: the checkpoint it replaced is kept beside it
+    assert torch.load(str(last) + ".prev", weights_only=False)["global_step"] < 6
 
 
 def test_validate_evaluates_a_checkpoint_in_both_seats(tmp_path, capsys):

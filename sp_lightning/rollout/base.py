@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sp_lightning.types import Completion, ModelRequest
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,3 +54,78 @@ class RolloutWorker(ABC):
     def sync_weights(self, version: int) -> None:
         """Make the learner's latest weights the ones used for generation."""
         self.policy_version = version
+
+
+class TransientRolloutError(RuntimeError):
+    """A fault that trying again may cure: a remote server that timed out, refused or dropped the
+    connection, an engine restarting. Backends raise it (or ``ConnectionError`` / ``TimeoutError``,
+    which a client library raises for the same faults); any other exception is a bug or a bad
+    request, and retrying it would only hide it."""
+
+
+RETRYABLE = (TransientRolloutError, ConnectionError, TimeoutError)
+
+
+class RolloutFailed(RuntimeError):
+    """The backend kept failing: the batch in flight is dropped whole and the run stops."""
+
+
+@dataclass
+class RetrySettings:
+    """How the arena retries a generate call that failed with a transient fault."""
+
+    attempts: int = 4
+    """Tries of one generate call, the first included; 1 never retries."""
+    backoff_s: float = 1.0
+    """Wait before the first retry; it doubles at each further retry."""
+    max_backoff_s: float = 30.0
+    """The longest wait between two tries."""
+
+    def __post_init__(self):
+        if self.attempts < 1:
+            raise ValueError(f"retry.attempts: expected >= 1, got {self.attempts}")
+        if self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError(f"retry.backoff_s / max_backoff_s: expected >= 0, got {self.backoff_s} / {self.max_backoff_s}")
+
+    def wait(self, retry: int) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        return min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
+
+
+def generate_with_retries(
+    worker: RolloutWorker,
+    requests: list[ModelRequest],
+    sampling: SamplingSettings,
+    retry: RetrySettings,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[Completion], int]:
+    """``worker.generate`` with transient faults retried after a backoff; returns the completions
+    and the number of retries.
+
+    A generate call is all or nothing: every request of a failed call is sent again, and each
+    request gets exactly one completion, so no episode in flight loses a move or plays one twice.
+    When the tries run out, :class:`RolloutFailed` says so and the batch is not counted (the data
+    module counts a batch only once it is played); the run resumes from its last checkpoint.
+    """
+    name = type(worker).__name__
+    for attempt in range(1, retry.attempts + 1):
+        try:
+            completions = worker.generate(requests, sampling)
+        except RETRYABLE as err:
+            if attempt == retry.attempts:
+                raise RolloutFailed(
+                    f"rollout backend {name} failed {attempt} time(s) in a row on a call of {len(requests)} "
+                    f"request(s) (last: {type(err).__name__}: {err}). The episodes in flight were dropped and "
+                    f"this batch is not counted; fix the backend (or raise data.retry.attempts) and resume "
+                    f"with `fit --ckpt_path <checkpoints>/last.ckpt`."
+                ) from err
+            wait = retry.wait(attempt)
+            log.warning("rollout backend %s: %s: %s; retry %d of %d in %.1f s", name, type(err).__name__,
+                        err, attempt, retry.attempts - 1, wait)
+            sleep(wait)
+            continue
+        if len(completions) != len(requests):
+            raise RuntimeError(f"rollout backend {name} returned {len(completions)} completions for "
+                               f"{len(requests)} requests: every request needs exactly one")
+        return completions, attempt - 1
+    raise AssertionError("unreachable")  # the loop returns or raises

@@ -1,0 +1,80 @@
+"""Checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io)."""
+
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from sp_lightning.checkpoint_io import AtomicCheckpointIO, previous_path
+
+WRITER = """
+import sys, torch
+from sp_lightning.checkpoint_io import AtomicCheckpointIO
+io, path = AtomicCheckpointIO(), sys.argv[1]
+payload = torch.randn(4_000_000)  # 16 MB: a write takes long enough to be killed in the middle
+step = 0
+while True:
+    step += 1
+    io.save_checkpoint({"step": step, "payload": payload}, path)
+    print(step, flush=True)
+"""
+
+
+def test_a_save_replaces_the_file_and_keeps_the_previous_one(tmp_path):
+    io, path = AtomicCheckpointIO(), tmp_path / "ckpts" / "last.ckpt"
+    io.save_checkpoint({"step": 1}, path)
+    assert not previous_path(path).exists()
+    io.save_checkpoint({"step": 2}, path)
+    assert io.load_checkpoint(path)["step"] == 2
+    assert io.load_checkpoint(previous_path(path))["step"] == 1
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt", "last.ckpt.prev"], "no temporary left"
+    io.remove_checkpoint(path)
+    assert list(path.parent.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
+def test_an_unreadable_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, damage):
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint({"step": 1, "w": torch.ones(1000)}, path)
+    io.save_checkpoint({"step": 2, "w": torch.ones(1000)}, path)
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:500])
+    elif damage == "garbage":
+        path.write_bytes(b"\x00" * 100)
+    else:
+        path.unlink()
+    with caplog.at_level(logging.WARNING, logger="sp_lightning.checkpoint_io"):
+        assert io.load_checkpoint(path)["step"] == 1
+    assert "loading the previous one" in caplog.text
+
+
+def test_no_fallback_is_an_error(tmp_path):
+    path = tmp_path / "last.ckpt"
+    path.write_bytes(b"not a checkpoint")
+    with pytest.raises(Exception):
+        AtomicCheckpointIO().load_checkpoint(path)
+
+
+def test_sigkill_during_writes_never_leaves_an_unreadable_checkpoint(tmp_path):
+    """A writer saving 16 MB checkpoints in a loop is killed at random moments, 3 times; after
+    each kill the checkpoint loads (the last complete save, or the one before it)."""
+    path = tmp_path / "last.ckpt"
+    rng = random.Random(0)
+    io, last_step = AtomicCheckpointIO(), 0
+    for _ in range(3):
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+        assert writer.stdout.readline().strip(), "the writer saved once"
+        time.sleep(rng.uniform(0.0, 0.3))
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+        loaded = io.load_checkpoint(path)
+        assert loaded["payload"].numel() == 4_000_000
+        assert loaded["step"] >= 1
+        last_step = loaded["step"]
+    assert last_step >= 1
