@@ -168,16 +168,20 @@ class Arena:
 def _run_coroutine(coroutine):
     """asyncio.run, also from code that already runs inside an event loop (a Jupyter kernel):
     there the games are played on a worker thread with its own loop."""
+    if not _in_event_loop():
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def _in_event_loop() -> bool:
+    """Whether an event loop runs in this thread. Asked apart from running the games, so that an
+    episode's error is not reported as raised while handling "no running event loop"."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        in_a_loop = False
-    else:
-        in_a_loop = True
-    if not in_a_loop:  # run outside the except block: an episode's error is not shown as raised
-        return asyncio.run(coroutine)  # while handling "no running event loop"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+        return False
+    return True
 
 
 def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:

@@ -1,11 +1,13 @@
 """Checkpoint files that a kill cannot corrupt, and a previous one to fall back on.
 
-Lightning's ``TorchCheckpointIO`` serialises into memory and then writes the target file in
-place: a process killed during that write (SIGKILL, the machine going down) leaves a truncated
-``last.ckpt``, and the run's only resume point is gone. Here a save writes a temporary file
-beside the target, fsyncs it, keeps the checkpoint it replaces as ``<name>.prev`` (a hard link,
-so the target path never stops existing), renames the new file over the target and fsyncs the
-directory. A load that cannot read the file (truncated, corrupt, missing) warns and loads
+Lightning's ``TorchCheckpointIO`` writes through an fsspec transaction: a temporary file in the
+system's temp directory, moved over the target when complete. That move is a rename only when
+the temp directory and the checkpoints share a filesystem (otherwise a copy, which a kill can
+cut short), nothing is fsynced (after a power loss the renamed file can be empty), and once the
+only ``last.ckpt`` is unreadable the run has no resume point. Here a save writes a temporary file
+beside the target (so the move is always a rename), fsyncs it, keeps the checkpoint it replaces
+as ``<name>.prev`` (a hard link, so the target path never stops existing), renames the new file
+over the target and fsyncs the directory. A load that cannot read the file (truncated, corrupt, missing) warns and loads
 ``<name>.prev`` instead: the run resumes one checkpoint earlier rather than not at all.
 
 ``SelfPlayCLI`` installs it on every trainer whose strategy still has Lightning's default
@@ -23,6 +25,11 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 log = logging.getLogger(__name__)
+
+
+def _is_remote(path) -> bool:
+    """Object storage and other fsspec URLs keep Lightning's own save and load."""
+    return "://" in str(path)
 
 
 def previous_path(path: str | os.PathLike) -> Path:
@@ -47,8 +54,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__}.save_checkpoint takes no storage_options, got {storage_options!r}")
-        if "://" in str(path):
-            return super().save_checkpoint(checkpoint, path)  # remote storage: its own semantics
+        if _is_remote(path):
+            return super().save_checkpoint(checkpoint, path)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
@@ -69,7 +76,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().load_checkpoint(path, *args, **kwargs)
         except Exception as err:  # torch raises several kinds for a truncated or corrupt file
             prev = previous_path(path)
-            if "://" in str(path) or not prev.exists():
+            if _is_remote(path) or not prev.exists():
                 raise
             log.warning("checkpoint %s cannot be read (%s: %s); loading the previous one, %s",
                         path, type(err).__name__, err, prev)

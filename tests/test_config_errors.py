@@ -1,7 +1,8 @@
 """Bad configs fail before training, naming the key and what was expected.
 
 Each case runs `sp-lightning fit` in-process on the shipped Tic-Tac-Toe config with one mistake;
-the run must stop before its first optimizer step (no checkpoint, no TensorBoard scalars)."""
+the run must stop before its first optimizer step: a checkpoint is written after every step into
+the test's directory, and none may be there."""
 
 import os
 
@@ -13,9 +14,13 @@ CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "tictactoe_tin
 
 
 def _fit(tmp_path, *overrides):
-    main(["fit", "--config", CONFIG, "--trainer.default_root_dir", str(tmp_path),
+    overlay = tmp_path / "every_step.yaml"  # replaces the config's callbacks (they save under runs/)
+    overlay.write_text(
+        "trainer:\n  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {tmp_path / 'ckpt'}, every_n_train_steps: 1, save_top_k: -1}}\n")
+    main(["fit", "--config", CONFIG, "--config", str(overlay), "--trainer.default_root_dir", str(tmp_path),
           "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.max_steps", "1",
-          "--data.episodes_per_batch", "2", *overrides])
+          "--trainer.val_check_interval", "1000", "--data.episodes_per_batch", "2", *overrides])
 
 
 def _nothing_trained(tmp_path):
@@ -54,3 +59,9 @@ def test_impossible_combinations_fail_before_the_first_step(tmp_path, overrides,
         _fit(tmp_path, *overrides)
     assert named in str(err.value) and expected in str(err.value), str(err.value)
     assert _nothing_trained(tmp_path)
+
+
+def test_the_check_sees_a_step_that_was_taken(tmp_path):
+    """The same run without a mistake leaves a checkpoint, so the cases above could fail."""
+    _fit(tmp_path)
+    assert not _nothing_trained(tmp_path)

@@ -111,6 +111,7 @@ def generate_with_retries(
     for attempt in range(1, retry.attempts + 1):
         try:
             completions = worker.generate(requests, sampling)
+            break
         except RETRYABLE as err:
             if attempt == retry.attempts:
                 raise RolloutFailed(
@@ -123,9 +124,7 @@ def generate_with_retries(
             log.warning("rollout backend %s: %s: %s; retry %d of %d in %.1f s", name, type(err).__name__,
                         err, attempt, retry.attempts - 1, wait)
             sleep(wait)
-            continue
-        if len(completions) != len(requests):
-            raise RuntimeError(f"rollout backend {name} returned {len(completions)} completions for "
-                               f"{len(requests)} requests: every request needs exactly one")
-        return completions, attempt - 1
-    raise AssertionError("unreachable")  # the loop returns or raises
+    if len(completions) != len(requests):
+        raise RuntimeError(f"rollout backend {name} returned {len(completions)} completions for "
+                           f"{len(requests)} requests: every request needs exactly one")
+    return completions, attempt - 1
