@@ -220,6 +220,7 @@ def rollout_metrics(episodes: Sequence[Episode], rollouts: Sequence[Rollout]) ->
     return {key: sum(values) / len(values) for key, values in sums.items()}
 
 
-def seeded_rng(seed: int, rank: int = 0) -> random.Random:
-    """One RNG per data-parallel rank, so ranks play different games."""
-    return random.Random(seed * 1_000_003 + rank)
+def seeded_rng(seed: int, rank: int = 0, batch: int = 0) -> random.Random:
+    """One RNG per data-parallel rank and batch: ranks play different games, and a batch's games
+    depend only on (seed, rank, batch), so a resumed run draws the games the unbroken run drew."""
+    return random.Random(f"{seed}/{rank}/{batch}")

@@ -41,12 +41,21 @@ Where this departs from the papers:
    to every move; with ``g < 1`` the move that wins at once earns more than one that lets the
    game go on, and a move that puts off a loss (a block) earns more than one that loses at
    once: the incentive a player against a weak opponent otherwise hardly feels.
+7. ``RAE(by_state=True)`` subtracts a baseline per exact state (the step's prompt tokens, under
+   the same episode and role key) once that state has been seen ``state_min_visits`` times,
+   and the role's baseline before that: a tabular critic. In a small game (Tic-Tac-Toe has
+   4,520 positions, Kuhn Poker 12 information states) most steps land on a state seen before,
+   and a move is then judged against what usually follows that position, not against the
+   role's average game: the variance of where the game stood goes away, which the role baseline
+   cannot remove. In a large game states rarely repeat and it falls back to plain RAE; the table
+   is capped at ``max_states`` (least recently used dropped).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -166,17 +175,53 @@ class RAE:
         discount: The episode reward reaches a step as ``discount**k * R``, ``k`` the role's
             later moves in the rollout (1: undiscounted, as in SPIRAL). The baseline still
             tracks the undiscounted episode reward.
+        by_state: Subtract a per-state baseline (the mean return that followed the same prompt,
+            for the same episode and role key) once the state has ``state_min_visits`` visits.
+        state_min_visits: Visits before a state's own baseline replaces the role's.
+        max_states: States kept; the least recently seen is dropped beyond it.
+        state_lambda: With ``by_state``, the return a move is judged by is a lambda-return:
+            1 is the move's own episode return (Monte Carlo); below 1 it leans on the table's
+            value of the role's next state (``discount * V(next)``), which removes the noise of
+            what happened after that state (the opponent's replies, one's own later moves) at
+            the price of trusting the table. Unseen next states fall back to the return.
+
+    A state's baseline is the running mean of the episode returns seen from it (the step's own
+    reward, e.g. an invalid-move penalty, stays out of it and lands on the move) while it has fewer
+    than ``1 / (1 - decay)`` visits, then a moving average with weight ``1 - decay``, so it follows
+    the policy as it changes.
     """
 
-    def __init__(self, decay: float = 0.95, by_opponent: bool = False, discount: float = 1.0) -> None:
+    def __init__(
+        self,
+        decay: float = 0.95,
+        by_opponent: bool = False,
+        discount: float = 1.0,
+        by_state: bool = False,
+        state_min_visits: int = 4,
+        max_states: int = 200_000,
+        state_lambda: float = 1.0,
+    ) -> None:
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"decay must be in [0, 1], got {decay}")
         if not 0.0 < discount <= 1.0:
             raise ValueError(f"discount must be in (0, 1], got {discount}")
+        if not 0.0 <= state_lambda <= 1.0:
+            raise ValueError(f"state_lambda must be in [0, 1], got {state_lambda}")
+        if state_min_visits < 1 or max_states < 1:
+            raise ValueError(
+                f"state_min_visits and max_states must be >= 1, got {state_min_visits}, {max_states}"
+            )
         self.decay = decay
         self.by_opponent = by_opponent
         self.discount = discount
+        self.by_state = by_state
+        self.state_min_visits = state_min_visits
+        self.max_states = max_states
+        self.state_lambda = state_lambda
+        self._from_state = 0
         self.baselines: dict[tuple[str, str], float] = {}
+        # (episode, role key, prompt digest) -> [baseline, visits], least recently seen first
+        self.state_values: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
         self.last_stats: dict[str, float] = {}
 
     def baseline_key(self, rollout: Rollout, role: str) -> tuple[str, str]:
@@ -185,23 +230,21 @@ class RAE:
         return (rollout.episode, f"{role} vs {opponents_of(rollout, role)}")
 
     def assign(self, rollouts: list[Rollout]) -> None:
-        advantages = []
+        advantages: list[float] = []
+        self._from_state = 0
         for top in rollouts:
             for rollout in top.walk():
-                roles_seen = []
                 later = Counter(step.role for step in rollout.steps)  # the role's moves from here on
+                by_role: dict[str, list[tuple[Step, float]]] = {}
                 for step in rollout.steps:
                     later[step.role] -= 1
-                    if not step.trainable:
-                        continue
-                    key = self.baseline_key(rollout, step.role)
-                    ret = step_return(rollout, step, self.discount ** later[step.role])
-                    step.advantage = ret - self.baselines.get(key, 0.0)
-                    advantages.append(step.advantage)
-                    if step.role not in roles_seen:
-                        roles_seen.append(step.role)
-                for role in roles_seen:
+                    if step.trainable:
+                        # the episode reward as it reaches this step; the step's own reward apart
+                        episode_part = step_return(rollout, step, self.discount ** later[step.role])
+                        by_role.setdefault(step.role, []).append((step, episode_part - step.reward))
+                for role, steps in by_role.items():
                     key = self.baseline_key(rollout, role)
+                    advantages.extend(self._assign_role(key, steps))
                     old = self.baselines.get(key, 0.0)
                     reward = float(rollout.rewards[role])
                     self.baselines[key] = self.decay * old + (1.0 - self.decay) * reward
@@ -209,13 +252,69 @@ class RAE:
             **_advantage_stats(advantages),
             "num_baselines": float(len(self.baselines)),
         }
+        if self.by_state:
+            self.last_stats["num_states"] = float(len(self.state_values))
+            self.last_stats["state_baseline_fraction"] = self._from_state / max(1, len(advantages))
+
+    def _assign_role(self, key: tuple[str, str], steps: list[tuple[Step, float]]) -> list[float]:
+        """Advantages of one role's trainable steps in one rollout, in order. ``steps`` pairs
+        each step with the part of its return that came from the episode reward."""
+        role_baseline = self.baselines.get(key, 0.0)
+        if not self.by_state:
+            for step, episode_part in steps:
+                step.advantage = step.reward + episode_part - role_baseline
+            return [step.advantage for step, _ in steps]
+        states = [self._state_key(key, step) for step, _ in steps]
+        values = [self._state_value(state) for state in states]  # before this rollout's visit
+        self._from_state += sum(v is not None for v in values)
+        # lambda-return from the back: the last move's is its episode part; an earlier move's
+        # mixes the table's value of the role's next state with the next move's lambda-return
+        target = steps[-1][1]
+        for index in range(len(steps) - 1, -1, -1):
+            step, episode_part = steps[index]
+            if index < len(steps) - 1 and values[index + 1] is not None:
+                blend = (1.0 - self.state_lambda) * values[index + 1] + self.state_lambda * target
+                target = self.discount * blend
+            else:
+                target = episode_part
+            baseline = values[index] if values[index] is not None else role_baseline
+            step.advantage = step.reward + target - baseline
+        for state, (_, episode_part) in zip(states, steps):
+            self._visit_state(state, episode_part)
+        return [step.advantage for step, _ in steps]
+
+    @staticmethod
+    def _state_key(key: tuple[str, str], step: Step) -> tuple[str, str, str]:
+        digest = hashlib.blake2b(
+            b",".join(str(t).encode() for t in step.completion.prompt_ids), digest_size=12
+        ).hexdigest()
+        return (*key, digest)
+
+    def _state_value(self, state: tuple[str, str, str]) -> float | None:
+        entry = self.state_values.get(state)
+        return entry[0] if entry is not None and entry[1] >= self.state_min_visits else None
+
+    def _visit_state(self, state: tuple[str, str, str], episode_part: float) -> None:
+        """Fold one visit's return into the state's baseline; the state becomes the most
+        recently seen, and the least recently seen go beyond ``max_states``."""
+        entry = self.state_values.pop(state, None) or [0.0, 0.0]
+        entry[1] += 1
+        entry[0] += max(1.0 / entry[1], 1.0 - self.decay) * (episode_part - entry[0])
+        self.state_values[state] = entry
+        while len(self.state_values) > self.max_states:
+            self.state_values.popitem(last=False)
 
     def state_dict(self) -> dict[str, Any]:
-        """Baselines as ``{"baselines": {episode: {role: value}}}`` (plain, picklable, a copy)."""
+        """Baselines as ``{"baselines": {episode: {role: value}}}`` (plain, picklable, a copy),
+        and with ``by_state`` the state table as ``"states": [[episode, role, digest, value,
+        visits], ...]``, least recently seen first."""
         nested: dict[str, dict[str, float]] = {}
         for (episode, role), value in self.baselines.items():
             nested.setdefault(episode, {})[role] = value
-        return {"baselines": nested}
+        state: dict[str, Any] = {"baselines": nested}
+        if self.state_values:
+            state["states"] = [[*key, value, visits] for key, (value, visits) in self.state_values.items()]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore baselines saved by :meth:`state_dict`; ``decay`` stays the constructor's."""
@@ -224,6 +323,10 @@ class RAE:
             for episode, roles in state["baselines"].items()
             for role, value in roles.items()
         }
+        self.state_values = OrderedDict(
+            ((episode, role, digest), [float(value), float(visits)])
+            for episode, role, digest, value, visits in state.get("states", [])
+        )
 
 
 def opponents_of(rollout: Rollout, role: str) -> str:

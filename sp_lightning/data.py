@@ -26,6 +26,7 @@ from typing import Any
 import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
+from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena, seeded_rng
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
@@ -59,8 +60,9 @@ class _RolloutStream(IterableDataset):
     def __iter__(self):
         dm = self.dm
         rank = dm.trainer.global_rank if dm.trainer is not None else 0
-        rng = seeded_rng(dm.seed + dm.batches_played, rank)
         while True:
+            # one stream per batch, from the batch's index: a resumed run plays the same games
+            rng = seeded_rng(dm.seed, rank, batch=dm.batches_played)
             games = [dm.pick_game(rng) for _ in range(dm.episodes_per_batch)]
             episodes = [game.episode(dm.opponents.seats(game, rng)) for game in games]
             seeds = [rng.randrange(2**31) for _ in episodes]
@@ -157,6 +159,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         check_moves_fit(self.games, module.tokenizer, self.sampling.max_new_tokens)
         self.worker = self.rollout_factory(module.model, module.tokenizer)
         self.arena = Arena(self.worker, self.sampling, bots=make_bots(self.seed), retry=self.retry)
+        self._restore_bot_rngs()
         module.attach_rollout_worker(self.worker)
 
     def eval_env_overrides(self) -> dict[str, Any]:
@@ -179,6 +182,9 @@ class SelfPlayDataModule(L.LightningDataModule):
         state = {"batches_played": self.batches_played, "opponents": self.opponents.state_dict()}
         if hasattr(self.credit, "state_dict"):
             state["credit"] = self.credit.state_dict()
+        if self.arena is not None:  # the bots' own random streams (RandomBot's moves...)
+            bots = {name: rng_streams.object_state(bot) for name, bot in self.arena.bots.items()}
+            state["bot_rngs"] = {name: s for name, s in bots.items() if s is not None}
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -187,6 +193,16 @@ class SelfPlayDataModule(L.LightningDataModule):
             self.credit.load_state_dict(state["credit"])
         if "opponents" in state:
             self.opponents.load_state_dict(state["opponents"])
+        self._bot_rngs = state.get("bot_rngs", {})
+        self._restore_bot_rngs()
+
+    def _restore_bot_rngs(self) -> None:
+        if self.arena is None:
+            return  # setup() applies them once the arena exists
+        for name, bot_state in getattr(self, "_bot_rngs", {}).items():
+            if name in self.arena.bots:
+                rng_streams.set_object_state(self.arena.bots[name], bot_state)
+        self._bot_rngs = {}
 
 
 def _identity(item):

@@ -8,6 +8,7 @@ proposer rewarded by solver episodes) through the same batching.
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any, Protocol
 from sp_lightning.prompts import ParseResult, PlainTemplate, PromptTemplate
 from sp_lightning.rubric import Rubric
 from sp_lightning.types import Completion, ModelRequest, PolicyRef, Role, Rollout, Step
+
+log = logging.getLogger(__name__)
 
 
 class EpisodeContext(Protocol):
@@ -56,6 +59,12 @@ class GameEpisode(Episode):
     is mirror self-play; a bot or a league checkpoint in some seats is play against opponents.
     ``template`` builds each model's prompt and reads its answer back (see ``prompts``); a bot's
     answer goes to the env as is.
+
+    Bounded work: a game still running after ``max_turns`` actions, or whose next prompt the
+    backend refused as longer than the model's context (``Completion.refused``), is cut off:
+    it ends there, every seat scores 0 (whatever the game had scored so far), the moves played
+    still train, and the rollout's metrics carry ``cut_off_turns`` or ``cut_off_prompt`` = 1
+    (logged per game as ``rollout/<game>/cut_off_*``, with one warning per game and rule).
     """
 
     name: str
@@ -63,7 +72,7 @@ class GameEpisode(Episode):
     seats: dict[str, PolicyRef]
     rubric: Rubric
     template: PromptTemplate = field(default_factory=PlainTemplate)
-    max_steps: int = 200
+    max_turns: int = 500
 
     @property
     def roles(self) -> list[Role]:  # type: ignore[override]
@@ -74,10 +83,14 @@ class GameEpisode(Episode):
         env.reset(seed=ctx.seed)
         outcome = {agent: 0.0 for agent in env.possible_agents}
         steps: list[Step] = []
-        for agent in env.agent_iter(max_iter=self.max_steps):
+        cut_off = None
+        for agent in env.agent_iter():
             observation, _, terminated, truncated, info = env.last()
             if terminated or truncated:
                 env.step(None)
+            elif len(steps) >= self.max_turns:
+                cut_off = "cut_off_turns"
+                break
             else:
                 legal = list(info.get("legal_actions", []))
                 request = ModelRequest(
@@ -87,6 +100,9 @@ class GameEpisode(Episode):
                     legal_actions=legal,
                 )
                 completion = await self.generate(ctx, request)
+                if completion.refused:
+                    cut_off = "cut_off_prompt"
+                    break
                 if self.seats[agent].is_model:
                     parsed = self.template.parse(completion.text)
                 else:  # a bot answers a bare move token, outside any template's format
@@ -109,9 +125,28 @@ class GameEpisode(Episode):
             for a, reward in env.rewards.items():
                 outcome[a] = outcome.get(a, 0.0) + float(reward)
         env.close()
+        if cut_off is not None:
+            outcome = {agent: 0.0 for agent in outcome}
+            _warn_once(self.name, cut_off, self.max_turns)
         rollout = Rollout(episode=self.name, steps=steps, seats=dict(self.seats), outcome=outcome)
         rollout.metrics = _game_metrics(rollout)
+        for reason in CUT_OFF_REASONS:
+            rollout.metrics[reason] = float(cut_off == reason)
         return rollout
+
+
+CUT_OFF_REASONS = ("cut_off_turns", "cut_off_prompt")
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(game: str, reason: str, max_turns: int) -> None:
+    if (game, reason) in _warned:
+        return
+    _warned.add((game, reason))
+    rule = (f"it was still running after max_turns={max_turns} actions" if reason == "cut_off_turns"
+            else "its next prompt was longer than the model's context allows (rollout.max_prompt_tokens)")
+    log.warning("%s: a game was cut off because %s; it scores 0 for every seat (metric rollout/%s/%s; "
+                "warned once per game)", game, rule, game, reason)
 
 
 def _game_metrics(rollout: Rollout) -> dict[str, float]:

@@ -53,8 +53,13 @@ class GameSettings:
     template_args: dict = field(default_factory=dict)
     """Keyword arguments of the template (e.g. instruction)."""
     reward: RewardSettings = field(default_factory=RewardSettings)
+    max_turns: int = 500
+    """Actions after which a game still running is cut off and scores 0 for every seat (a
+    stated, logged rule; see GameEpisode). Every built-in game ends far sooner."""
 
     def __post_init__(self):
+        if self.max_turns < 1:
+            raise ValueError(f"games[{self.id}].max_turns: expected >= 1, got {self.max_turns}")
         if not self.opponents or any(w < 0 for w in self.opponents.values()):
             raise ValueError(f"games[{self.id}].opponents: expected non-negative weights, got {self.opponents}")
         self._opponents = [(parse_policy(spec), w) for spec, w in self.opponents.items()]
@@ -93,6 +98,7 @@ class GameSettings:
             seats=seats,
             rubric=self._rubric,
             template=self._template,
+            max_turns=self.max_turns,
         )
 
     def mix_opponent(self, rng: random.Random) -> PolicyRef:

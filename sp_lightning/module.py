@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import lightning as L
 import torch
 
+from sp_lightning import rng as rng_streams
 from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
@@ -409,10 +410,22 @@ class SelfPlayModule(L.LightningModule):
 
     # ---- checkpoints: only what was trained -----------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rng_states"] = rng_streams.global_states()
         if not self.uses_adapter:
             return
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # applied at on_train_start, after the sanity-check validation a resumed fit runs again
+        self._resumed_rng_states = checkpoint.get("rng_states")
+
+    def on_train_start(self) -> None:
+        """A resumed run continues the random streams of the run that saved the checkpoint, so
+        the next batch samples what the unbroken run sampled (sp_lightning.rng)."""
+        states, self._resumed_rng_states = getattr(self, "_resumed_rng_states", None), None
+        if states is not None:
+            rng_streams.set_global_states(states)
 
     def save_adapter(self, path: str) -> None:
         """Write the adapter (or the whole model without LoRA) and tokenizer with save_pretrained."""

@@ -63,6 +63,13 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)  # processed (post-temperature) logprobs
     policy: PolicyRef = LEARNER
     policy_version: int = 0
+    refused: str = ""
+    """Why the backend did not generate at all (empty: it did): ``PROMPT_TOO_LONG`` when the
+    prompt and the completion budget would not fit the model's context. A refused completion
+    has no tokens, so it never trains; a game that gets one is cut off (see GameEpisode)."""
+
+
+PROMPT_TOO_LONG = "prompt_too_long"
 
 
 @dataclass

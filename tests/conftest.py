@@ -10,10 +10,14 @@ def tiny_policy():
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The hostile-completion tests' counts (the long profile's numbers go in the issue notes)."""
+    """Counts of the hostile-completion and exact-resume tests (long profiles go in the notes)."""
     import sys
 
     module = sys.modules.get("test_hostile_completions")
     if module is not None and module.COUNTS:
         counts = ", ".join(f"{n} {what}" for what, n in sorted(module.COUNTS.items()))
         terminalreporter.write_line(f"hostile completions: {counts}")
+    resume = sys.modules.get("test_exact_resume")
+    if resume is not None and resume.COUNTS:
+        terminalreporter.write_line(
+            "exact resume: " + ", ".join(f"{what.split(': ')[1]} {n}" for what, n in sorted(resume.COUNTS.items())))

@@ -292,6 +292,87 @@ def test_rae_discount_pays_the_last_move_most():
         RAE(discount=0.0)
 
 
+def at(role, prompt, reward=0.0):
+    """A learner step from the state whose prompt tokens are ``prompt``."""
+    return Step(role, Completion("move", prompt_ids=list(prompt), completion_ids=[2]), reward=reward)
+
+
+def test_rae_by_state_judges_a_move_against_its_own_position():
+    """decay 0.5, state_min_visits 2. Position A is a won position (x 1 three times), position B
+    a lost one (x -1 three times). The first two visits of each use the role baseline; the third
+    uses the state's running mean: A's is 1 and B's -1, so both third moves get advantage 0,
+    where the role baseline (after six games near 0) would have called A's move good and B's
+    bad. A visit of a new state C falls back to the role baseline."""
+    credit = RAE(decay=0.5, by_state=True, state_min_visits=2)
+    won, lost = (7, 1), (7, 2)
+    first = [rollout({"x": 1.0}, steps=[at("x", won)]), rollout({"x": -1.0}, steps=[at("x", lost)])]
+    credit.assign(first)
+    assert advantages(first) == pytest.approx([1.0, -1.5])  # role baseline 0, then 0.5
+    credit.assign([rollout({"x": 1.0}, steps=[at("x", won)]), rollout({"x": -1.0}, steps=[at("x", lost)])])
+    assert credit.last_stats["state_baseline_fraction"] == 0.0
+    third = [rollout({"x": 1.0}, steps=[at("x", won)]), rollout({"x": -1.0}, steps=[at("x", lost)])]
+    credit.assign(third)
+    assert advantages(third) == pytest.approx([0.0, 0.0])
+    assert credit.last_stats["state_baseline_fraction"] == 1.0
+    assert credit.last_stats["num_states"] == 2
+    role_baseline = credit.baselines[("ttt", "x")]
+    fresh = [rollout({"x": 1.0}, steps=[at("x", (7, 3))])]
+    credit.assign(fresh)
+    assert advantages(fresh) == pytest.approx([1.0 - role_baseline])
+
+
+def test_rae_by_state_follows_the_policy_and_resumes():
+    """decay 0.5: a state's baseline is a running mean for its first 1 / (1 - 0.5) = 2 visits, a
+    moving average with weight 0.5 after, so returns [1, 1, -1, -1] from one state give
+    baselines 1, 1, 0, -0.5. The step return is discounted as the advantage is (discount 0.5,
+    the move before the last: 0.5 * R). A resumed assigner keeps the table, least recently seen
+    first, and with max_states 1 only the newest state stays."""
+    credit = RAE(decay=0.5, by_state=True, state_min_visits=1, discount=0.5)
+    for reward in (1.0, 1.0, -1.0, -1.0):
+        credit.assign([rollout({"x": reward}, steps=[at("x", (5,)), at("x", (6,))])])
+    state = credit.state_dict()
+    assert [row[3] for row in state["states"]] == pytest.approx([-0.25, -0.5])
+    assert [row[4] for row in state["states"]] == [4, 4]
+    resumed = RAE(decay=0.5, by_state=True, state_min_visits=1, discount=0.5)
+    resumed.load_state_dict(state)
+    a = [rollout({"x": 0.0}, steps=[at("x", (5,)), at("x", (6,))])]
+    b = [rollout({"x": 0.0}, steps=[at("x", (5,)), at("x", (6,))])]
+    credit.assign(a)
+    resumed.assign(b)
+    assert advantages(a) == advantages(b) == pytest.approx([0.25, 0.5])
+    small = RAE(decay=0.5, by_state=True, max_states=1)
+    small.assign([rollout({"x": 1.0}, steps=[at("x", (5,)), at("x", (6,))])])
+    assert list(small.state_values) == list(credit.state_values)[-1:]  # (6,), seen last
+    with pytest.raises(ValueError, match="state_min_visits"):
+        RAE(state_min_visits=0)
+
+
+@pytest.mark.parametrize("lam, first_move", [(1.0, -2.0), (0.5, -1.0), (0.0, 0.0)])
+def test_rae_state_lambda_leans_on_the_next_state(lam, first_move):
+    """decay 0.5, state_min_visits 1, x moves from state A then state B. Game 1 (x 1) fills the
+    table: V(A) = V(B) = 1. Game 2 (x -1): the last move's target is -1, so A_B = -1 - 1 = -2
+    at every lambda; the first move's target blends V(B) = 1 with the -1 that followed:
+    lambda 1 gives -1 (A_A = -2), 0.5 gives 0 (A_A = -1), 0 gives V(B) = 1 (A_A = 0): the
+    first move led to a state that usually wins, and lambda < 1 does not blame it for the loss."""
+    credit = RAE(decay=0.5, by_state=True, state_min_visits=1, state_lambda=lam)
+    credit.assign([rollout({"x": 1.0}, steps=[at("x", (1,)), at("x", (2,))])])
+    second = [rollout({"x": -1.0}, steps=[at("x", (1,)), at("x", (2,))])]
+    credit.assign(second)
+    assert advantages(second) == pytest.approx([first_move, -2.0])
+
+
+def test_rae_by_state_keeps_the_step_penalty_on_the_move():
+    """An invalid-move penalty (-3) is the move's own: the state's baseline learns only the
+    episode reward, so the penalised move from a state worth 1 gets 1 - 3 - 1 = -3, and the
+    state's baseline stays 1."""
+    credit = RAE(decay=0.5, by_state=True, state_min_visits=1)
+    credit.assign([rollout({"x": 1.0}, steps=[at("x", (1,))])])
+    penalised = [rollout({"x": 1.0}, steps=[at("x", (1,), reward=-3.0)])]
+    credit.assign(penalised)
+    assert advantages(penalised) == pytest.approx([-3.0])
+    assert next(iter(credit.state_values.values()))[0] == pytest.approx(1.0)
+
+
 def test_constant_is_the_return():
     """Episode reward 1 plus step rewards [0, -0.5], and o's -1: advantages [1, 0.5, -1]."""
     rs = [rollout({"x": 1.0, "o": -1.0}, steps=[learner("x"), learner("x", -0.5), learner("o")])]

@@ -43,6 +43,8 @@ class RolloutWorker(ABC):
     policies) and must return one Completion per request, in order, each carrying its prompt and
     completion token ids and the processed (post-temperature) logprob of each completion token.
     ``policy_version`` counts weight updates so that every completion records its provenance.
+    A request whose prompt would not fit the model's context (with the completion budget) is
+    never sent: its Completion comes back with ``refused = PROMPT_TOO_LONG`` and no tokens.
     """
 
     policy_version: int = 0

@@ -30,23 +30,30 @@ import torch
 
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.rollout.chat import encode_chat, special_token_strings
-from sp_lightning.types import Completion, ModelRequest, PolicyRef
+from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
 
 LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
 
 
 class HFRolloutWorker(RolloutWorker):
-    def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8):
+    def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
+                 max_prompt_tokens: int | None = None):
         """
         Args:
             model: The policy (a peft model with the learner's adapter, or a plain causal LM).
             tokenizer: Its tokenizer, with a chat template.
             max_batch_size: Most sequences in one generate call.
             max_adapters: Most checkpoint adapters held in the model at once (LRU unloading).
+            max_prompt_tokens: Longest prompt sent to the model. A longer one is refused, not
+                truncated (a cut prompt would lose the game's state or the question); by default
+                (and never above) the model's context minus ``sampling.max_new_tokens``.
         """
         if max_adapters < 1:
             raise ValueError(f"rollout.max_adapters: expected >= 1, got {max_adapters}")
+        if max_prompt_tokens is not None and max_prompt_tokens < 1:
+            raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
+        self.max_prompt_tokens = max_prompt_tokens
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -177,12 +184,28 @@ class HFRolloutWorker(RolloutWorker):
         """The prompt's ids; model-written text in it cannot become special tokens (see ``chat``)."""
         return encode_chat(self.tokenizer, messages, self.specials)
 
+    def prompt_limit(self, sampling: SamplingSettings) -> int:
+        """The longest prompt this worker sends: the model's context minus the completion
+        budget, or ``max_prompt_tokens`` if smaller."""
+        config = getattr(self.model, "config", None)
+        context = getattr(config, "max_position_embeddings", None) or 1_000_000_000
+        limit = context - sampling.max_new_tokens
+        return limit if self.max_prompt_tokens is None else min(limit, self.max_prompt_tokens)
+
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)
-        for call in self._calls([r.policy for r in requests]):
-            prompts = [self.encode_prompt(requests[i].messages) for i in call]
-            policies = [requests[i].policy for i in call]
-            for i, completion in zip(call, self._generate_ids(prompts, policies, sampling)):
+        limit = self.prompt_limit(sampling)
+        prompts = [self.encode_prompt(r.messages) for r in requests]
+        sendable = []
+        for i, prompt in enumerate(prompts):
+            if len(prompt) > limit:  # never sent: the model would read past its context
+                results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
+            else:
+                sendable.append(i)
+        for call in self._calls([requests[i].policy for i in sendable]):
+            rows = [sendable[j] for j in call]
+            completions = self._generate_ids([prompts[i] for i in rows], [requests[i].policy for i in rows], sampling)
+            for i, completion in zip(rows, completions):
                 results[i] = completion
         return results  # type: ignore[return-value]
 

@@ -1,0 +1,97 @@
+"""Exact resume: a fit killed with SIGKILL at random moments and resumed from last.ckpt each time
+ends with the same weights, optimizer state and data state, bit for bit on one CPU thread, as
+a fit that was never killed.
+
+The fast profile kills 3 times; the long one runs from
+    SP_RESUME_KILLS=20 python -m pytest tests/test_exact_resume.py -q
+and prints its counts in the terminal summary.
+"""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from test_e2e import CONFIGS
+
+KILLS = int(os.environ.get("SP_RESUME_KILLS", "3"))
+STEPS = 2 * KILLS + 4
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+COUNTS: dict[str, int] = {}
+
+
+def _args(root, steps):
+    """The Tic-Tac-Toe tiny config, 8 episodes a step, last.ckpt after every step, a validation
+    (sampled play, which must not disturb the training streams) every 3 steps."""
+    overlay = root / "overlay.yaml"
+    overlay.write_text(
+        "trainer:\n  callbacks:\n"
+        "    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
+        f"      init_args: {{dirpath: {root / 'ckpt'}, filename: last, every_n_train_steps: 1,"
+        " enable_version_counter: false}\n"
+    )
+    return [sys.executable, "-m", "sp_lightning.cli", "fit",
+            "--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), "--config", str(overlay),
+            "--trainer.max_steps", str(steps), "--trainer.val_check_interval", "3",
+            "--trainer.default_root_dir", str(root), "--trainer.logger.init_args.save_dir", str(root),
+            "--data.episodes_per_batch", "8", "--data.eval.games", "4", "--data.eval.temperature", "1.0"]
+
+
+def _step(path) -> int:
+    try:
+        return torch.load(path, weights_only=False)["global_step"]
+    except Exception:  # not written yet, or being replaced
+        return -1
+
+
+def _run_and_kill(args, last, after_step, delay):
+    """Start the fit; once last.ckpt holds ``after_step``, wait ``delay`` seconds (the kill lands
+    in a rollout, an update, a validation or a checkpoint write) and SIGKILL it."""
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    deadline = time.time() + 300
+    while _step(last) < after_step and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(delay)
+    finished = proc.poll() is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return finished
+
+
+def test_a_fit_killed_at_random_moments_resumes_bit_for_bit(tmp_path):
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    subprocess.run(_args(reference, STEPS), check=True, env=ENV, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    last = killed / "ckpt" / "last.ckpt"
+    rng = random.Random(0)
+    kills = 0
+    for kill in range(KILLS):
+        args = _args(killed, STEPS)
+        if last.exists():
+            args += ["--ckpt_path", str(last)]
+        if not _run_and_kill(args, last, after_step=2 * kill + 1, delay=rng.uniform(0.0, 1.5)):
+            kills += 1
+        assert _step(last) >= 0, "after every kill last.ckpt (or its .prev) is readable"
+    subprocess.run(_args(killed, STEPS) + ["--ckpt_path", str(last)], check=True, env=ENV,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    ours = torch.load(last, weights_only=False)
+    theirs = torch.load(reference / "ckpt" / "last.ckpt", weights_only=False)
+    assert ours["global_step"] == theirs["global_step"] == STEPS
+    assert ours["state_dict"].keys() == theirs["state_dict"].keys()
+    for key, value in theirs["state_dict"].items():
+        assert torch.equal(ours["state_dict"][key], value), f"weights differ at {key}"
+    for mine, ref in zip(ours["optimizer_states"][0]["state"].values(), theirs["optimizer_states"][0]["state"].values()):
+        assert all(torch.equal(mine[k], ref[k]) for k in ref), "optimizer state differs"
+    assert ours["SelfPlayDataModule"] == theirs["SelfPlayDataModule"]  # baselines, schedule, bots
+    assert torch.equal(ours["rng_states"]["torch"], theirs["rng_states"]["torch"])
+    COUNTS["exact resume: kills"] = COUNTS.get("exact resume: kills", 0) + kills
+    COUNTS["exact resume: steps"] = STEPS
