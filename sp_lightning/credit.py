@@ -218,7 +218,6 @@ class RAE:
         self.state_min_visits = state_min_visits
         self.max_states = max_states
         self.state_lambda = state_lambda
-        self._from_state = 0
         self.baselines: dict[tuple[str, str], float] = {}
         # (episode, role key, prompt digest) -> [baseline, visits], least recently seen first
         self.state_values: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
@@ -231,7 +230,7 @@ class RAE:
 
     def assign(self, rollouts: list[Rollout]) -> None:
         advantages: list[float] = []
-        self._from_state = 0
+        from_state = 0  # steps judged against their state's baseline
         for top in rollouts:
             for rollout in top.walk():
                 later = Counter(step.role for step in rollout.steps)  # the role's moves from here on
@@ -239,12 +238,12 @@ class RAE:
                 for step in rollout.steps:
                     later[step.role] -= 1
                     if step.trainable:
-                        # the episode reward as it reaches this step; the step's own reward apart
-                        episode_part = step_return(rollout, step, self.discount ** later[step.role])
-                        by_role.setdefault(step.role, []).append((step, episode_part - step.reward))
+                        ret = step_return(rollout, step, self.discount ** later[step.role])
+                        by_role.setdefault(step.role, []).append((step, ret))
                 for role, steps in by_role.items():
                     key = self.baseline_key(rollout, role)
-                    advantages.extend(self._assign_role(key, steps))
+                    from_state += self._assign_role(key, steps)
+                    advantages.extend(step.advantage for step, _ in steps)
                     old = self.baselines.get(key, 0.0)
                     reward = float(rollout.rewards[role])
                     self.baselines[key] = self.decay * old + (1.0 - self.decay) * reward
@@ -254,34 +253,36 @@ class RAE:
         }
         if self.by_state:
             self.last_stats["num_states"] = float(len(self.state_values))
-            self.last_stats["state_baseline_fraction"] = self._from_state / max(1, len(advantages))
+            self.last_stats["state_baseline_fraction"] = from_state / max(1, len(advantages))
 
-    def _assign_role(self, key: tuple[str, str], steps: list[tuple[Step, float]]) -> list[float]:
-        """Advantages of one role's trainable steps in one rollout, in order. ``steps`` pairs
-        each step with the part of its return that came from the episode reward."""
+    def _assign_role(self, key: tuple[str, str], steps: list[tuple[Step, float]]) -> int:
+        """Set the advantages of one role's trainable steps in one rollout (in order, each with
+        its step return); returns how many were judged against their own state's baseline."""
         role_baseline = self.baselines.get(key, 0.0)
         if not self.by_state:
-            for step, episode_part in steps:
-                step.advantage = step.reward + episode_part - role_baseline
-            return [step.advantage for step, _ in steps]
+            for step, ret in steps:
+                step.advantage = ret - role_baseline
+            return 0
+        # the state table learns the episode reward as it reaches a step; the step's own reward
+        # (an invalid-move penalty) stays out of it and lands on the move alone
+        episode_parts = [ret - step.reward for step, ret in steps]
         states = [self._state_key(key, step) for step, _ in steps]
         values = [self._state_value(state) for state in states]  # before this rollout's visit
-        self._from_state += sum(v is not None for v in values)
         # lambda-return from the back: the last move's is its episode part; an earlier move's
         # mixes the table's value of the role's next state with the next move's lambda-return
-        target = steps[-1][1]
+        target = episode_parts[-1]
         for index in range(len(steps) - 1, -1, -1):
-            step, episode_part = steps[index]
+            step = steps[index][0]
             if index < len(steps) - 1 and values[index + 1] is not None:
                 blend = (1.0 - self.state_lambda) * values[index + 1] + self.state_lambda * target
                 target = self.discount * blend
             else:
-                target = episode_part
+                target = episode_parts[index]
             baseline = values[index] if values[index] is not None else role_baseline
             step.advantage = step.reward + target - baseline
-        for state, (_, episode_part) in zip(states, steps):
+        for state, episode_part in zip(states, episode_parts):
             self._visit_state(state, episode_part)
-        return [step.advantage for step, _ in steps]
+        return sum(v is not None for v in values)
 
     @staticmethod
     def _state_key(key: tuple[str, str], step: Step) -> tuple[str, str, str]:

@@ -144,6 +144,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.rollout_factory: RolloutFactory = rollout if rollout is not None else HFRolloutWorker
         self.retry = retry or RetrySettings()
         self.batches_played = 0
+        self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
         self.arena: Arena | None = None
         self.worker: RolloutWorker | None = None
 
@@ -199,7 +200,7 @@ class SelfPlayDataModule(L.LightningDataModule):
     def _restore_bot_rngs(self) -> None:
         if self.arena is None:
             return  # setup() applies them once the arena exists
-        for name, bot_state in getattr(self, "_bot_rngs", {}).items():
+        for name, bot_state in self._bot_rngs.items():
             if name in self.arena.bots:
                 rng_streams.set_object_state(self.arena.bots[name], bot_state)
         self._bot_rngs = {}

@@ -199,6 +199,7 @@ class SelfPlayModule(L.LightningModule):
         self._move_token_ids: dict[str, int | None] = {}
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
         self.nonfinite_steps = 0
+        self._resumed_rng_states: dict | None = None  # from on_load_checkpoint, for on_train_start
 
     def on_fit_start(self) -> None:
         if str(self.trainer.precision).startswith("16"):
@@ -423,7 +424,7 @@ class SelfPlayModule(L.LightningModule):
     def on_train_start(self) -> None:
         """A resumed run continues the random streams of the run that saved the checkpoint, so
         the next batch samples what the unbroken run sampled (sp_lightning.rng)."""
-        states, self._resumed_rng_states = getattr(self, "_resumed_rng_states", None), None
+        states, self._resumed_rng_states = self._resumed_rng_states, None
         if states is not None:
             rng_streams.set_global_states(states)
 

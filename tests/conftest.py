@@ -19,5 +19,4 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"hostile completions: {counts}")
     resume = sys.modules.get("test_exact_resume")
     if resume is not None and resume.COUNTS:
-        terminalreporter.write_line(
-            "exact resume: " + ", ".join(f"{what.split(': ')[1]} {n}" for what, n in sorted(resume.COUNTS.items())))
+        terminalreporter.write_line("exact resume: " + ", ".join(f"{what} {n}" for what, n in resume.COUNTS.items()))
