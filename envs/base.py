@@ -6,8 +6,10 @@ The contract (kept by every game; usable with PettingZoo alone):
    ``player 0 .. player n-1``.
 2. ``observe(agent)`` returns ``{"text": str}``: that agent's own view. Private information (a
    card) appears only in its owner's observation, never in another's. The text ends with one
-   status line: ``Legal moves: [a] [b]`` for the agent to move, ``Waiting for player k.`` for
-   the others, ``Game over: ...`` once the game has ended. The text never echoes an agent's
+   status line: ``Legal moves: [a] [b]`` for the agent to move (``Your move.`` when the env is
+   built with ``list_legal_moves=False``, for games whose view already shows every legal move,
+   such as Tic-Tac-Toe's empty cells: a shorter prompt is a cheaper one), ``Waiting for player
+   k.`` for the others, ``Game over: ...`` once the game has ended. The text never echoes an agent's
    raw action, only canonical moves, so it always lies inside the observation space.
 3. ``infos[agent]`` always holds ``legal_actions`` (the moves legal now for the agent to move;
    ``[]`` for every other agent and after the game), ``invalid_move`` (whether that agent's
@@ -68,6 +70,8 @@ CHARSET = string.ascii_letters + string.digits + string.punctuation + " \n"
 
 INVALID_MOVE_POLICIES = ("forfeit", "retry", "random")
 RENDER_MODES = ("ansi", "human")
+YOUR_MOVE = "Your move."
+"""The status line of the agent to move when the env does not list its legal moves."""
 MOVE_PATTERN = re.compile(r"\[[^\[\]\n]{1,32}\]")
 
 
@@ -156,6 +160,8 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
         invalid_move: str = "forfeit",
         invalid_move_reward: float = -1.0,
         max_retries: int = 2,
+        *,
+        list_legal_moves: bool = True,
     ) -> None:
         super().__init__()
         if render_mode is not None and render_mode not in RENDER_MODES:
@@ -178,6 +184,9 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
         self.invalid_move = invalid_move
         self.invalid_move_reward = float(invalid_move_reward)
         self.max_retries = max_retries
+        if not isinstance(list_legal_moves, bool):
+            raise ValueError(f"list_legal_moves must be true or false, got {list_legal_moves!r}")
+        self.list_legal_moves = list_legal_moves
 
         self.possible_agents = [f"player_{i}" for i in range(self.game_info.num_players)]
         self._seat = {agent: i for i, agent in enumerate(self.possible_agents)}
@@ -260,7 +269,10 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
         elif agent == self.agent_selection:
             if self._retries:
                 lines.append("Your last move was invalid; try again.")
-            lines.append("Legal moves: " + " ".join(self.game.legal_moves()))
+            if self.list_legal_moves:
+                lines.append("Legal moves: " + " ".join(self.game.legal_moves()))
+            else:
+                lines.append(YOUR_MOVE)
         else:
             lines.append(f"Waiting for player {self.game.current_player}.")
         return {"text": "\n".join(lines)}

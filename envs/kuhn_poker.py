@@ -175,6 +175,8 @@ class KuhnPokerEnv(TextGameEnv):
         invalid_move: str = "forfeit",
         invalid_move_reward: float = -1.0,
         max_retries: int = 2,
+        *,
+        list_legal_moves: bool = True,
     ) -> None:
         if isinstance(num_hands, bool) or not isinstance(num_hands, int) or num_hands < 1:
             raise ValueError(f"num_hands must be an int >= 1, got {num_hands!r}")
@@ -186,7 +188,10 @@ class KuhnPokerEnv(TextGameEnv):
             max_turns=3 * num_hands,
         )
         self.observation_max_length = 256 + 128 * num_hands
-        super().__init__(render_mode, invalid_move, invalid_move_reward, max_retries)
+        super().__init__(
+            render_mode, invalid_move, invalid_move_reward, max_retries,
+            list_legal_moves=list_legal_moves,
+        )
 
     def _new_game(self) -> KuhnPokerRules:
         deals = [self.np_random.permutation(3)[:2].tolist() for _ in range(self.num_hands)]

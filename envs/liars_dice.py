@@ -151,6 +151,8 @@ class LiarsDiceEnv(TextGameEnv):
         invalid_move: str = "forfeit",
         invalid_move_reward: float = -1.0,
         max_retries: int = 2,
+        *,
+        list_legal_moves: bool = True,
     ) -> None:
         d = dice_per_player
         if isinstance(d, bool) or not isinstance(d, int) or d < 1:
@@ -163,7 +165,10 @@ class LiarsDiceEnv(TextGameEnv):
         )
         # History plus legal moves hold at most 6N + 1 moves of <= 18 characters each.
         self.observation_max_length = 384 + 128 * total
-        super().__init__(render_mode, invalid_move, invalid_move_reward, max_retries)
+        super().__init__(
+            render_mode, invalid_move, invalid_move_reward, max_retries,
+            list_legal_moves=list_legal_moves,
+        )
 
     def _new_game(self) -> LiarsDiceRules:
         rolls = self.np_random.integers(1, FACES + 1, size=(2, self.dice_per_player))

@@ -231,6 +231,8 @@ class SimpleNegotiationEnv(TextGameEnv):
         invalid_move: str = "forfeit",
         invalid_move_reward: float = -1.0,
         max_retries: int = 2,
+        *,
+        list_legal_moves: bool = True,
     ) -> None:
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"max_turns must be an int >= 1, got {max_turns!r}")
@@ -246,7 +248,10 @@ class SimpleNegotiationEnv(TextGameEnv):
             reward_range=(-1.0, 1.0) if win_bonus else (-MAX_GAIN, MAX_GAIN),
         )
         self.observation_max_length = 640 + 64 * max_turns  # a history entry is < 64 chars
-        super().__init__(render_mode, invalid_move, invalid_move_reward, max_retries)
+        super().__init__(
+            render_mode, invalid_move, invalid_move_reward, max_retries,
+            list_legal_moves=list_legal_moves,
+        )
 
     def is_legal(self, move: str | None, legal: list[str]) -> bool:
         return self.game.is_legal(move)

@@ -10,6 +10,8 @@ a legal move is a token copied from the prompt. Observation of the agent to move
     [6] X [8]
     Legal moves: [1] [3] [4] [5] [6] [8]
 
+Every legal move is on the board, so ``list_legal_moves=False`` (see envs.base) loses nothing: the
+last line is then ``Your move.``, and the prompt 17 tokens shorter on the tiny tokenizer.
 The other agent sees the same board with ``Waiting for player 0.`` as the last line; after
 the game the last line is ``Game over: you won (+1).`` (or lost / draw). There is no private
 information.

@@ -5,6 +5,7 @@
 
     sp-lightning evaluate --config configs/kuhn_poker_league_tiny.yaml --checkpoint <ckpt> \
         --opponent bot:random --games_per_seat 1000 --seed 7 --exploitability true
+    sp-lightning play --config configs/tictactoe_tiny.yaml --checkpoint <ckpt>   # you against it
 
 ``validate`` is the in-training evaluation: the policy against the evaluation opponent
 (RandomBot by default) over ``data.eval.games`` games per game, split evenly over the seats, with
@@ -56,7 +57,8 @@ class SelfPlayCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         """The trainer, with checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io)
-        unless the config chose its own checkpoint IO."""
+        unless the config chose its own checkpoint IO, our progress view (sp_lightning.progress)
+        unless the config chose its own bar, and readable TensorBoard (sp_lightning.tensorboard)."""
         from lightning.pytorch.plugins.io import TorchCheckpointIO
 
         from sp_lightning.checkpoint_io import AtomicCheckpointIO
@@ -64,7 +66,55 @@ class SelfPlayCLI(LightningCLI):
         trainer = super().instantiate_trainer(**kwargs)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        use_default_progress_bar(trainer)
+        add_tensorboard_games(trainer)
         return trainer
+
+
+def use_default_progress_bar(trainer) -> None:
+    """Put ``progress.default_progress_bar()`` in place of the bar Lightning adds by default."""
+    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+    from sp_lightning.progress import default_progress_bar
+
+    for i, callback in enumerate(trainer.callbacks):
+        # Lightning's default (rich when installed, else tqdm), not one the config named
+        if type(callback) in (RichProgressBar, TQDMProgressBar):
+            trainer.callbacks[i] = default_progress_bar()
+            return
+
+
+def add_tensorboard_games(trainer) -> None:
+    """With a TensorBoard logger, the chart layout and decoded games (sp_lightning.tensorboard),
+    unless the config added its own ``TensorBoardGames``."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from sp_lightning.tensorboard import TensorBoardGames
+
+    has_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers)
+    if has_tensorboard and not any(isinstance(c, TensorBoardGames) for c in trainer.callbacks):
+        trainer.callbacks.append(TensorBoardGames())
+
+
+def load_checkpoint(module: SelfPlayModule, path: str) -> None:
+    """Load a policy into ``module``: a Lightning ``.ckpt`` (its trainable weights) or a peft
+    adapter directory. Weights that do not fit the config's model raise, naming them."""
+    import os
+
+    import torch
+
+    if os.path.isdir(path):
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(module.model, load_file(os.path.join(path, "adapter_model.safetensors")))
+        return
+    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    params = dict(module.named_parameters())
+    missing = [k for k in state if k not in params]
+    if missing:
+        raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
+    module.load_state_dict(state, strict=False)
 
 
 def evaluate_main(args: list[str]) -> dict:
@@ -72,8 +122,6 @@ def evaluate_main(args: list[str]) -> dict:
     import argparse
     import json
     import os
-
-    import torch
 
     from sp_lightning.evaluation.matches import evaluate
     from sp_lightning.evaluation.strategy import exploitability_metrics
@@ -93,18 +141,7 @@ def evaluate_main(args: list[str]) -> dict:
                       save_config_callback=None)
     module, dm = cli.model, cli.datamodule
     if ours.checkpoint:
-        if os.path.isdir(ours.checkpoint):
-            from peft import set_peft_model_state_dict
-            from safetensors.torch import load_file
-
-            set_peft_model_state_dict(module.model, load_file(os.path.join(ours.checkpoint, "adapter_model.safetensors")))
-        else:
-            state = torch.load(ours.checkpoint, map_location="cpu", weights_only=False)["state_dict"]
-            params = dict(module.named_parameters())
-            missing = [k for k in state if k not in params]
-            if missing:
-                raise ValueError(f"--checkpoint {ours.checkpoint}: weights {missing[:3]} do not fit the config's model")
-            module.load_state_dict(state, strict=False)
+        load_checkpoint(module, ours.checkpoint)
     worker = dm.rollout_factory(module.model, module.tokenizer)
     opponent = ours.opponent or dm.eval.opponent
     spec = parse_policy(opponent)
@@ -141,6 +178,11 @@ def main(args=None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["evaluate"]:
         evaluate_main(argv[1:])
+        return
+    if argv[:1] == ["play"]:
+        from sp_lightning.play import play_main
+
+        play_main(argv[1:])
         return
     SelfPlayCLI(
         SelfPlayModule,

@@ -90,6 +90,10 @@ class GameSettings:
         """The game's own name (game_info.name), which also names its metrics."""
         return self.info.name if self.info is not None else self.id.rsplit(".", 1)[-1]
 
+    def make_env(self, **env_overrides):
+        """A fresh env of this game, with its env_kwargs (and any overrides)."""
+        return self._env_factory(**env_overrides)
+
     def episode(self, seats: dict[str, PolicyRef], **env_overrides) -> GameEpisode:
         factory = partial(self._env_factory, **env_overrides) if env_overrides else self._env_factory
         return GameEpisode(

@@ -64,6 +64,19 @@ class LossSettings:
     magnet of magnetic mirror descent, which makes the last iterate of zero-sum self-play
     converge (to an equilibrium regularised by this weight) and pulls a policy stuck on one
     illegal answer back to the legal moves. 0 turns it off."""
+    magnet_decay_steps: int | None = None
+    """Anneal magnet_coef linearly to magnet_floor over this many optimizer steps; null (the
+    default) keeps it constant, the magnetic mirror descent above. In a game with a pure best
+    play (Tic-Tac-Toe) the magnet is wanted early, while the policy learns which tokens are
+    legal, and costs later: it keeps every legal move likely, so the hero's own later moves are
+    noisy and so is the return each earlier move is credited with."""
+    magnet_floor: float = 0.0
+    """The annealed magnet never goes below this."""
+
+    def magnet_coef_at(self, step: int) -> float:
+        if not self.magnet_decay_steps:
+            return self.magnet_coef
+        return max(self.magnet_floor, self.magnet_coef * max(0.0, 1.0 - step / self.magnet_decay_steps))
 
     def entropy_coef_at(self, step: int) -> float:
         if not self.entropy_decay_steps:
@@ -78,6 +91,12 @@ class LossSettings:
             raise ValueError(f"loss.aggregation: expected one of {choices}, got {self.aggregation!r}")
         if self.aggregation == "constant" and not self.max_length:
             raise ValueError("loss.max_length: required (> 0) when loss.aggregation is 'constant'")
+        if self.magnet_decay_steps is not None and self.magnet_decay_steps < 1:
+            raise ValueError(f"loss.magnet_decay_steps: expected an int >= 1 or null, got {self.magnet_decay_steps!r}")
+        if not 0.0 <= self.magnet_floor <= self.magnet_coef or (self.magnet_floor and not self.magnet_decay_steps):
+            raise ValueError(
+                f"loss.magnet_floor: expected 0 <= magnet_floor <= magnet_coef ({self.magnet_coef}), with "
+                f"magnet_decay_steps set; got {self.magnet_floor!r}")
 
 
 @dataclass
@@ -198,6 +217,8 @@ class SelfPlayModule(L.LightningModule):
         self.rollout_worker = None
         self._move_token_ids: dict[str, int | None] = {}
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
+        self.last_rollouts: list = []
+        """The games of the last training step, for callbacks (sp_lightning.tensorboard)."""
         self.nonfinite_steps = 0
         self._resumed_rng_states: dict | None = None  # from on_load_checkpoint, for on_train_start
 
@@ -249,6 +270,7 @@ class SelfPlayModule(L.LightningModule):
         batch, _, _ = next(dataloader_iter)
         opt = self.optimizers()
         records = batch.records
+        self.last_rollouts = batch.rollouts
         start = time.perf_counter()
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)
@@ -284,7 +306,7 @@ class SelfPlayModule(L.LightningModule):
             if s.magnet_coef:
                 magnet = legal_magnet_kl(logits, first_position, legal_mask) * known  # (B,)
                 diag["magnet_kl"] = masked_mean(magnet.detach(), known)
-                loss = loss + s.magnet_coef * magnet.sum() / len(records)
+                loss = loss + s.magnet_coef_at(self.global_step) * magnet.sum() / len(records)
             self.manual_backward(loss)
             weight = mb.loss_mask.sum().item() / max(num_tokens, 1)
             for key, value in diag.items():
@@ -318,6 +340,8 @@ class SelfPlayModule(L.LightningModule):
         metrics["train/records"] = float(len(records))
         metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
         metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
+        if s.magnet_coef:
+            metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
         metrics["train/lr"] = opt.param_groups[0]["lr"]
         self.log_dict(metrics, batch_size=len(records))
         self._log_rollout(batch.metrics)

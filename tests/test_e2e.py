@@ -40,8 +40,20 @@ def _args(config, root, steps, *extra):
 
 
 @pytest.mark.parametrize("config", ["tictactoe_tiny.yaml", "kuhn_poker_tiny.yaml"])
-def test_fit_trains_the_adapter_saves_and_resumes(tmp_path, config):
+def test_fit_trains_the_adapter_saves_and_resumes(tmp_path, config, capsys):
     main(["fit", *_args(config, tmp_path, 4)])  # checkpoints are written at each validation
+    # not a terminal: plain progress lines (sp_lightning.progress), no redrawn bar
+    out = capsys.readouterr().out
+    assert "step 4/4  win " in out and "rollout tok/s" in out
+    assert "step 2 validation  val win " in out and "legal " in out
+    # TensorBoard (sp_lightning.tensorboard): the chart layout, and a decoded game of step 1
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next((tmp_path / "tb").glob("version_*"))), size_guidance={"tensors": 0})
+    events.Reload()
+    assert {"custom_scalars__config__", "games/decoded/text_summary"} <= set(events.Tags()["tensors"])
+    game = events.Tensors("games/decoded/text_summary")[0]
+    assert game.step == 1 and "(learner) · reward" in game.tensor_proto.string_val[0].decode()
     last = tmp_path / "ckpt" / "last.ckpt"
     assert last.exists() and (tmp_path / "ckpt" / "best.ckpt").exists()
     ckpt = torch.load(last, weights_only=False)

@@ -133,6 +133,22 @@ def test_classic_leduc_names_moves_and_keeps_cards_private():
     assert env.invalid_moves[agent] == 0
 
 
+
+def test_classic_leduc_reward_range_holds_the_largest_pot():
+    """Raise whenever allowed, then call: the biggest pot Leduc has (14 chips each, paid as 7
+    big blinds). Random play rarely gets there, so the declared 6.5 went unnoticed."""
+    env = classic("leduc_holdem_v4")
+    low, high = env.game_info.reward_range
+    extremes = set()
+    for seed in range(40):
+        env.reset(seed=seed)
+        while not (any(env.terminations.values()) or any(env.truncations.values())):
+            legal = env.infos[env.agent_selection]["legal_actions"]
+            env.step(next(m for m in ("[raise]", "[call]", "[check]") if m in legal))
+        assert all(low <= r <= high for r in env.final_rewards.values())
+        extremes |= {abs(r) for r in env.final_rewards.values()}
+    assert high in extremes and low == -high  # the range is tight, not merely wide enough
+
 def test_classic_invalid_moves_never_reach_the_wrapped_env():
     env = classic("tictactoe_v3", invalid_move="retry", max_retries=1)
     env.reset(seed=0)
@@ -385,6 +401,24 @@ def test_textarena_invalid_move_random_plays_a_legal_move():
     with pytest.raises(ValueError, match="random"):
         arena("SimpleNegotiation-v0", invalid_move="random")
 
+
+
+@pytest.mark.parametrize(("policy", "forfeits"), [("forfeit", True), ("retry", True), ("game", False)])
+def test_textarena_a_rejected_move_that_ends_the_game_follows_the_policy(policy, forfeits):
+    """SimpleNegotiation-v0 (max_turns=10) checks its turn limit after each move, counting from
+    0: the game's own rule is 11 moves, kept as it is. A move the game rejects on that last turn
+    used to mark the move invalid and keep the game's draw; there is no retry left, so every
+    policy but "game" forfeits, as it would have on any earlier turn."""
+    env = arena("SimpleNegotiation-v0", invalid_move=policy)
+    env.reset(seed=0)
+    for _ in range(10):
+        env.step("hello")
+        assert not any(env.terminations.values())
+    env.step("[Offer: banana]")  # the 11th move, rejected: no such resource
+    assert all(env.terminations.values()) and env.infos["player_0"]["invalid_move"]
+    expected = {"player_0": -1.0, "player_1": 1.0} if forfeits else {"player_0": 0.0, "player_1": 0.0}
+    assert env.final_rewards == expected
+    assert (env.forfeited_by == "player_0") is forfeits
 
 def test_textarena_max_turns_truncates_with_zero_rewards():
     env = arena("PigDice-v0", max_turns=3)

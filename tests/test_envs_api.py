@@ -155,6 +155,7 @@ def test_make_rejects_unknown_games_listing_known_ids(name):
         ({"invalid_move_reward": float("-inf")}, "invalid_move_reward"),
         ({"max_retries": -1}, "max_retries"),
         ({"render_mode": "rgb_array"}, "render_mode"),
+        ({"list_legal_moves": "no"}, "list_legal_moves"),
     ],
 )
 @pytest.mark.parametrize("game_id", sorted(GAMES))
@@ -200,3 +201,19 @@ def test_envs_does_not_import_the_trainer():
     code = "import sys, envs; sys.exit(any(m.startswith('sp_lightning') for m in sys.modules))"
     root = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
+
+
+@pytest.mark.parametrize("game_id", sorted(GAMES))
+def test_list_legal_moves_false_ends_the_prompt_with_your_move(game_id):
+    # for games whose view already shows every legal move (Tic-Tac-Toe's empty cells): the
+    # same observation without its longest line, and the same legal_actions in infos
+    env, listed = make(game_id, list_legal_moves=False), make(game_id)
+    env.reset(seed=3)
+    listed.reset(seed=3)
+    api_test(make(game_id, list_legal_moves=False), num_cycles=20)
+    mover = env.agent_selection
+    text, full = env.observe(mover)["text"], listed.observe(mover)["text"]
+    assert text.endswith("\nYour move.") and "Legal moves:" not in text
+    assert full.rsplit("\n", 1)[0] == text.rsplit("\n", 1)[0]
+    assert env.infos[mover]["legal_actions"] == listed.infos[mover]["legal_actions"] != []
+

@@ -10,9 +10,12 @@ legal moves. Properties checked at every step:
 - games with a legal-move list: every observation of every player is exactly what it is when the
   attacker had sent only the move the env parsed from its text (``parse_move``, or nothing). The
   text itself changes no one's view or private state beyond the move the game's rules made of it;
-- free-text games, whose rules show a player's text to the others: no line of any observation
-  begins with the attacker's text (every line of it carries a sender, or sits inside a line the
-  game wrote), and every observation, encoded into a prompt the way every rollout backend encodes
+- free-text games, whose rules show a player's text to the others: every observation of every
+  player (its private state as the game shows it: resources, cards, valuations) and the outcome
+  are exactly what they are when the attacker had sent its text as the game receives it (clipped,
+  on one line): the rest of the text (line breaks, the length past the clip) changes nothing. No
+  line of any observation begins with the attacker's text (every line of it carries a sender, or
+  sits inside a line the game wrote), and every observation, encoded into a prompt the way every rollout backend encodes
   it (``rollout.chat.encode_chat``), holds only the template's own special-token ids.
 
 Profiles: the default (CI) runs ``SP_HOSTILE_EXAMPLES=4`` hypothesis examples per game and one
@@ -83,6 +86,14 @@ def marked(action):
     if not isinstance(action, str):
         return action
     return "".join(MARK + line for line in action.splitlines(keepends=True)) or MARK
+
+
+def as_received(env, action) -> str:
+    """What a free-text game receives of ``action``: a str, clipped to the action length, its
+    lines joined (``one_line``). A reference env sent this must end up in the same state."""
+    from envs.adapters.textarena import one_line
+
+    return one_line(action[: env.action_max_length]) if isinstance(action, str) else ""
 
 
 def canonical(action) -> str:
@@ -159,8 +170,9 @@ def test_hostile_completions_are_at_most_a_move(game_id, kwargs, prompt_check, d
             action = reference_action = None
         elif agent == attacker:
             action = marked(data.draw(hostile_action, label="hostile"))
-            # a listed game sees only the move; a free-text game sees the text itself
-            reference_action = canonical(action) if legal else action
+            # a listed game sees only the move; a free-text game sees the text itself, which the
+            # reference is sent as the game receives it (clipped, on one line, a str)
+            reference_action = canonical(action) if legal else as_received(env, action)
             COUNTS["hostile actions"] += 1
             free_text_seen |= not legal
         else:
@@ -172,12 +184,14 @@ def test_hostile_completions_are_at_most_a_move(game_id, kwargs, prompt_check, d
             text = env.observe(other)["text"]
             assert not any(line.lstrip().startswith(MARK) for line in text.splitlines()), (
                 f"a line of the attacker's text stands alone in {other}'s view: {text[-400:]!r}")
+            assert text == reference.observe(other)["text"], (
+                f"{other}'s view depends on more than {'the text the game received' if free_text_seen else 'the move'}")
             if free_text_seen:
                 prompt_check(text, other)
-            else:
-                assert text == reference.observe(other)["text"], f"{other}'s view depends on more than the move"
     else:
         pytest.fail(f"{game_id} did not end in {MAX_ITERATIONS} turns")
     for other in env.possible_agents:
         prompt_check(env.observe(other)["text"], other)
+    assert env.final_rewards == reference.final_rewards
+    assert env.invalid_moves == reference.invalid_moves
     COUNTS["games"] += 1

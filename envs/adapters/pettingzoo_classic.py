@@ -151,7 +151,9 @@ CLASSIC_GAMES: dict[str, ClassicGame] = {
         render_leduc,
         move_names=("[call]", "[raise]", "[fold]", "[check]"),
         max_turns=12,
-        reward_range=(-6.5, 6.5),
+        # blinds 1 and 2; two raises a round, of 2 then of 4: at most 2 + 4 + 8 = 14 chips each,
+        # and rlcard pays chips / big blind (the 6.5 declared before came from an ante of 1)
+        reward_range=(-7.0, 7.0),
     ),
 }
 """Per-game renderers and move names, keyed by the wrapped env's ``metadata["name"]``."""

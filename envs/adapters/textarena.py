@@ -586,8 +586,13 @@ class TextArenaEnv(TextGameEnv):
                     )
                     self.forfeited_by = agent
             elif not invalid:
+                # rejected by the game on the move that ended it (SimpleNegotiation checks its
+                # turn limit after every move, valid or not): no retry is left, so every policy
+                # but "game" forfeits, as it would have one move earlier
                 self.infos[agent] = {**self.infos[agent], "invalid_move": True}
                 self._note_invalid(agent, action, move, legal)
+                if self.invalid_move != "game":
+                    self.forfeited_by = agent
 
         if self.game.current_player != self._seat[agent]:
             self._rejections = 0  # a run of rejected moves is one player's

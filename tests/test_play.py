@@ -1,0 +1,68 @@
+"""``sp-lightning play``: a person against a bot or a model, through piped input and in-process."""
+
+import subprocess
+import sys
+
+import pytest
+
+from sp_lightning.play import play_main
+
+
+class ScriptedPerson:
+    """A person typing the given lines in turn (a scripted stand-in for the keyboard), then Ctrl-D."""
+
+    def __init__(self, lines):
+        self.lines, self.prompts = list(lines), 0
+
+    def __call__(self, prompt):
+        self.prompts += 1
+        if not self.lines:
+            raise EOFError
+        return self.lines.pop(0)
+
+
+def test_a_full_game_against_a_bot_through_piped_input():
+    # every cell in turn: the taken ones are refused and asked again, so the game always ends
+    moves = "".join(f"{cell}\n" for cell in (4, 0, 8, 2, 6, 1, 3, 5, 7))
+    out = subprocess.run(
+        [sys.executable, "-m", "sp_lightning.cli", "play", "--game", "tictactoe_v1", "--opponent", "bot:random",
+         "--seed", "3"],
+        input=moves, capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout
+    assert "you are player_0 (seat 0) against bot:random" in text
+    assert "is not a legal move" in text  # the bot took a cell the script asked for
+    assert "Game over: you" in text and "Result: player_0" in text
+    assert "GPU available" not in out.stdout + out.stderr
+
+
+def test_kuhn_against_the_untrained_model_shows_only_your_own_card():
+    written = []
+    person = ScriptedPerson(["[bet]", "[call]", "[check]", "[fold]"] * 5)
+    totals = play_main(["--game", "kuhn_poker_v1", "--opponent", "learner", "--seat", "1", "--seed", "0"],
+                       read=person, write=written.append)
+    assert totals is not None and sum(totals.values()) == pytest.approx(0.0)
+    text = "\n".join(written)
+    cards = {line.split("Your card: ")[1][0] for line in text.splitlines() if "Your card: " in line}
+    assert len(cards) == 1  # only player_1's own card is ever shown
+    assert "You are player 1" in text and "Result: player_0" in text
+
+
+def test_quit_and_end_of_input_leave_the_game():
+    for lines in (["quit"], []):
+        written = []
+        assert play_main(["--game", "tictactoe_v1", "--opponent", "bot:random"], read=ScriptedPerson(lines),
+                         write=written.append) is None
+        assert written[-1].strip() == "You left the game."
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--game", "tictactoe_v1", "--seat", "2"], "--seat 2"),
+    (["--game", "tictactoe_v1", "--opponent", "bot:nobody"], "no such bot"),
+    (["--opponent", "bot:random"], "--config or --game"),
+])
+def test_bad_arguments_name_the_flag(args, message, capsys):
+    with pytest.raises(SystemExit):
+        play_main(args, read=ScriptedPerson([]), write=lambda text: None)
+    assert message in capsys.readouterr().err
