@@ -37,24 +37,30 @@ def step_seconds(logdir: str) -> list[float]:
     return [e.value for e in events.Scalars("train/step_seconds")]
 
 
+def fit_step_seconds(steps: int, env: dict[str, str], extra: tuple[str, ...] = (),
+                     config: str = CONFIG) -> tuple[float, list[float]]:
+    """Run ``sp-lightning fit`` of ``config`` for ``steps`` steps in a fresh process (no
+    callbacks, no checkpoints, no validation); return its wall time and every step's seconds."""
+    with tempfile.TemporaryDirectory() as root:
+        overlay = os.path.join(root, "overlay.yaml")
+        with open(overlay, "w") as f:
+            f.write("trainer:\n  callbacks: []\n  enable_checkpointing: false\n")
+        exe = os.path.join(os.path.dirname(sys.executable), "sp-lightning")
+        cmd = [exe, "fit", "--config", config, "--config", overlay, "--trainer.max_steps", str(steps),
+               "--trainer.val_check_interval", str(10 * steps), "--trainer.default_root_dir", root,
+               "--trainer.logger.init_args.save_dir", root, "--trainer.enable_progress_bar", "false", *extra]
+        start = time.perf_counter()
+        subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return time.perf_counter() - start, step_seconds(root)
+
+
 def run_case(steps: int, busy: int, ours: bool) -> tuple[float, list[float]]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "SP_LIGHTNING_THREADS")}
     if not ours:
         env["SP_LIGHTNING_THREADS"] = "torch"
     hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(busy)]
     try:
-        with tempfile.TemporaryDirectory() as root:
-            overlay = os.path.join(root, "overlay.yaml")
-            with open(overlay, "w") as f:
-                f.write("trainer:\n  callbacks: []\n  enable_checkpointing: false\n")
-            exe = os.path.join(os.path.dirname(sys.executable), "sp-lightning")
-            cmd = [exe, "fit", "--config", CONFIG, "--config", overlay, "--trainer.max_steps", str(steps),
-                   "--trainer.val_check_interval", str(10 * steps), "--trainer.default_root_dir", root,
-                   "--trainer.logger.init_args.save_dir", root, "--trainer.enable_progress_bar", "false"]
-            start = time.perf_counter()
-            subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            wall = time.perf_counter() - start
-            return wall, step_seconds(root)
+        return fit_step_seconds(steps, env)
     finally:
         for hog in hogs:
             hog.kill()

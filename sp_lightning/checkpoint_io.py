@@ -4,10 +4,11 @@ Lightning's ``TorchCheckpointIO`` writes through an fsspec transaction: a tempor
 system's temp directory, moved over the target when complete. That move is a rename only when
 the temp directory and the checkpoints share a filesystem (otherwise a copy, which a kill can
 cut short), nothing is fsynced (after a power loss the renamed file can be empty), and once the
-only ``last.ckpt`` is unreadable the run has no resume point. Here a save writes a temporary file
-beside the target (so the move is always a rename), fsyncs it, keeps the checkpoint it replaces
-as ``<name>.prev`` (a hard link, so the target path never stops existing), renames the new file
-over the target and fsyncs the directory. A load that cannot read the file (truncated, corrupt, missing) warns and loads
+only ``last.ckpt`` is unreadable the run has no resume point. Here a save writes through
+``sp_lightning.atomic_file.atomic_write`` (a temporary file beside the target, so the move is
+always a rename, fsynced), keeps the checkpoint it replaces as ``<name>.prev`` (a hard link, so
+the target path never stops existing), renames the new file over the target and fsyncs the
+directory. A load that cannot read the file (truncated, corrupt, missing) warns and loads
 ``<name>.prev`` instead: the run resumes one checkpoint earlier rather than not at all.
 
 ``SelfPlayCLI`` installs it on every trainer whose strategy still has Lightning's default
@@ -24,6 +25,8 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from sp_lightning.atomic_file import atomic_write
+
 log = logging.getLogger(__name__)
 
 
@@ -37,17 +40,6 @@ def previous_path(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".prev")
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # a platform without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` with write-fsync-rename saves and a fallback on load (see module doc)."""
 
@@ -58,18 +50,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        with open(tmp, "wb") as f:
+        with atomic_write(path) as f:
             torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        if path.exists():
-            prev, prev_tmp = previous_path(path), path.with_name(f".{path.name}.prev.tmp{os.getpid()}")
-            prev_tmp.unlink(missing_ok=True)
-            os.link(path, prev_tmp)  # the current file stays in place until the new one replaces it
-            os.replace(prev_tmp, prev)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
+            if path.exists():  # keep the checkpoint being replaced as <name>.prev
+                prev, prev_tmp = previous_path(path), path.with_name(f".{path.name}.prev.tmp{os.getpid()}")
+                prev_tmp.unlink(missing_ok=True)
+                os.link(path, prev_tmp)  # the current file stays in place until the new one replaces it
+                os.replace(prev_tmp, prev)
 
     def load_checkpoint(self, path, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:

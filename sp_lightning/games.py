@@ -95,10 +95,9 @@ class GameSettings:
         return self._env_factory(**env_overrides)
 
     def episode(self, seats: dict[str, PolicyRef], **env_overrides) -> GameEpisode:
-        factory = partial(self._env_factory, **env_overrides) if env_overrides else self._env_factory
         return GameEpisode(
             name=self.name,
-            env_factory=factory,
+            env_factory=partial(self.make_env, **env_overrides),
             seats=seats,
             rubric=self._rubric,
             template=self._template,

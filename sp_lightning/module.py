@@ -29,6 +29,14 @@ from sp_lightning.types import TrainingRecord
 log = logging.getLogger(__name__)
 
 
+def linear_anneal(start: float, floor: float, steps: int | None, step: int) -> float:
+    """``start`` falling linearly to 0 over ``steps`` steps, never below ``floor``; constant
+    ``start`` when ``steps`` is unset."""
+    if not steps:
+        return start
+    return max(floor, start * max(0.0, 1.0 - step / steps))
+
+
 @dataclass
 class LossSettings:
     """The policy-gradient loss (see sp_lightning.losses.policy_gradient_loss)."""
@@ -74,14 +82,10 @@ class LossSettings:
     """The annealed magnet never goes below this."""
 
     def magnet_coef_at(self, step: int) -> float:
-        if not self.magnet_decay_steps:
-            return self.magnet_coef
-        return max(self.magnet_floor, self.magnet_coef * max(0.0, 1.0 - step / self.magnet_decay_steps))
+        return linear_anneal(self.magnet_coef, self.magnet_floor, self.magnet_decay_steps, step)
 
     def entropy_coef_at(self, step: int) -> float:
-        if not self.entropy_decay_steps:
-            return self.entropy_coef
-        return max(self.entropy_floor, self.entropy_coef * max(0.0, 1.0 - step / self.entropy_decay_steps))
+        return linear_anneal(self.entropy_coef, self.entropy_floor, self.entropy_decay_steps, step)
 
     def __post_init__(self):
         if self.entropy_over not in ("vocabulary", "legal_moves"):

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envs import parse_move, play
-from envs.bots import BOTS
+from envs.bots import BOTS, make_bots
 from sp_lightning.games import GameSettings, parse_policy
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import ModelRequest, PolicyRef
@@ -123,11 +123,9 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
 
         sampling = dataclasses.replace(sampling, temperature=ours.temperature)
     policies: dict[str, Any] = {human: HumanPlayer(read, write)}
-    if spec.kind == "bot":
-        for i, agent in enumerate(seats):
-            if agent != human:
-                bot = BOTS[spec.name](seed=None if ours.seed is None else ours.seed + i)
-                policies[agent] = bot.act
+    if spec.kind == "bot":  # seeded as the arena seeds its bots
+        bot = make_bots(ours.seed)[spec.name]
+        policies.update({agent: bot.act for agent in seats if agent != human})
     else:
         if ours.checkpoint:
             load_checkpoint(module, ours.checkpoint)

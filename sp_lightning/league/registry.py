@@ -8,8 +8,9 @@ moment. So:
   (``<path>.lock``, an OS ``flock`` through ``filelock``) from re-reading the file until the new
   file is in place: no process overwrites another's update with a stale copy. The OS drops the
   lock when its holder dies, even by SIGKILL, so a killed writer never blocks the others.
-- A write goes to a temporary file in the same directory, is flushed and fsynced, replaces the
-  target with ``os.replace`` (atomic) and then the directory is fsynced. A reader therefore sees
+- A write goes through ``sp_lightning.atomic_file.atomic_write``: a temporary file in the same
+  directory, flushed and fsynced, replaces the target with ``os.replace`` (atomic) and then the
+  directory is fsynced. A reader therefore sees
   the previous complete file or the new one, never half of one, and reads take no lock.
   The two fsyncs (about 5-10 ms a write on a VM disk) make the new state survive a power loss
   too; ``durable=False`` skips them and keeps everything else, as only the machine going down
@@ -32,20 +33,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import json
 import logging
 import math
 import os
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from filelock import FileLock
+
+from sp_lightning.atomic_file import atomic_write, stray_temp_files
 
 from .ratings import TrueSkillRatings, elo_update, ranks_from_scores
 
@@ -198,30 +199,11 @@ class LeagueRegistry:
         return LeagueState.from_dict(data, where=f"league file {self.path}")
 
     def _write(self, state: LeagueState) -> None:
-        directory = os.path.dirname(os.path.abspath(self.path))
         # encoded as they are (copy=False): no copy of a long history
         text = json.dumps(state.to_dict(copy=False), separators=(",", ":"), allow_nan=False,
                           check_circular=False)
-        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"  # not mkstemp: that would make the file 0600
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                if self.durable:
-                    os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        if not self.durable:
-            return
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        with atomic_write(self.path, "w", durable=self.durable, encoding="utf-8") as f:
+            f.write(text)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[LeagueState]:
@@ -232,7 +214,7 @@ class LeagueRegistry:
             self._local.active = True
             try:
                 # anything matching our temp names now is left by a writer that was killed
-                for stale in glob.glob(glob.escape(self.path) + "." + "[0-9a-f]" * 32 + ".tmp"):
+                for stale in stray_temp_files(self.path):
                     with contextlib.suppress(OSError):
                         os.unlink(stale)
                 state = self.read()
