@@ -1,7 +1,40 @@
-"""sp_lightning: self-play reinforcement learning for language models on PyTorch Lightning."""
+"""sp_lightning: self-play reinforcement learning for language models on PyTorch Lightning.
+
+The names a notebook or script needs are importable from here (lazily: ``import sp_lightning``
+alone loads neither torch nor Lightning)::
+
+    from sp_lightning import GameSettings, SelfPlayDataModule, SelfPlayModule
+
+A run is a ``SelfPlayModule`` (the policy and its loss) and a ``SelfPlayDataModule`` (the games,
+opponents, sampling and evaluation) handed to a ``lightning.Trainer`` (``make_trainer`` builds one as ``sp-lightning fit`` does); each settings class is the
+Python form of one block of a config file (``model.policy`` is ``PolicySettings``, ...).
+"""
+
+import importlib
 
 from sp_lightning.threads import set_wait_policy
 
 set_wait_policy()  # before anything loads torch's OpenMP runtime; see sp_lightning.threads
 
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "SelfPlayModule": "module", "LossSettings": "module", "OptimizerSettings": "module",
+    "SelfPlayDataModule": "data", "EvalSettings": "data",
+    "GameSettings": "games", "RewardSettings": "rubric",
+    "PolicySettings": "model", "LoraSettings": "model", "TinyModelSettings": "model",
+    "SamplingSettings": "rollout.base", "GRPO": "credit", "RAE": "credit",
+    "make_trainer": "cli", "build_from_config": "cli", "load_checkpoint": "cli", "save_adapter": "model",
+    "evaluate": "evaluation.matches", "play_games": "evaluation.matches",
+}
+
+
+def __getattr__(name: str):
+    """Lazy exports (PEP 562): importing the package stays cheap for the CLI's subcommands."""
+    if name in _EXPORTS:
+        module = importlib.import_module(f"sp_lightning.{_EXPORTS[name]}")
+        return getattr(module, "play" if name == "play_games" else name)
+    raise AttributeError(f"module 'sp_lightning' has no attribute {name!r}")
+
+
+__all__ = sorted(_EXPORTS)

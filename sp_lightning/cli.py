@@ -27,6 +27,7 @@ from sp_lightning.module import SelfPlayModule
 
 # Lightning flags training_step(dataloader_iter) as experimental; we rely on it to stay on-policy.
 warnings.filterwarnings("ignore", message=".*Found `dataloader_iter` argument.*")
+warnings.filterwarnings("ignore", message=".*You are using the `dataloader_iter` step flavor.*")
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 warnings.filterwarnings("ignore", message=".*Your `IterableDataset` has `__len__` defined.*")
 
@@ -42,33 +43,49 @@ def default_precision() -> str:
 
 class SelfPlayCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
-        parser.set_defaults(
-            {
-                "trainer.precision": default_precision(),
-                "trainer.max_steps": 100,
-                "trainer.check_val_every_n_epoch": None,
-                "trainer.val_check_interval": 50,
-                "trainer.num_sanity_val_steps": 0,
-                "trainer.log_every_n_steps": 1,
-                "trainer.accelerator": "auto",
-                "trainer.devices": 1,
-            }
-        )
+        parser.set_defaults({f"trainer.{key}": value for key, value in trainer_defaults().items()})
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer, with checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io)
-        unless the config chose its own checkpoint IO, our progress view (sp_lightning.progress)
-        unless the config chose its own bar, and readable TensorBoard (sp_lightning.tensorboard)."""
-        from lightning.pytorch.plugins.io import TorchCheckpointIO
+        return finish_trainer(super().instantiate_trainer(**kwargs))
 
-        from sp_lightning.checkpoint_io import AtomicCheckpointIO
 
-        trainer = super().instantiate_trainer(**kwargs)
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        use_default_progress_bar(trainer)
-        add_tensorboard_games(trainer)
-        return trainer
+def trainer_defaults() -> dict:
+    """The Trainer settings ``sp-lightning fit`` uses where a config is silent: one optimizer step
+    per batch of games, validation every 50 steps (not per epoch: the stream has none), no sanity
+    validation, every step logged."""
+    return {
+        "precision": default_precision(),
+        "max_steps": 100,
+        "check_val_every_n_epoch": None,
+        "val_check_interval": 50,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": 1,
+        "accelerator": "auto",
+        "devices": 1,
+    }
+
+
+def make_trainer(**kwargs):
+    """A ``lightning.Trainer`` as ``sp-lightning fit`` builds it, for notebooks and scripts:
+    :func:`trainer_defaults` under ``kwargs``, then :func:`finish_trainer`."""
+    import lightning as L
+
+    return finish_trainer(L.Trainer(**{**trainer_defaults(), **kwargs}))
+
+
+def finish_trainer(trainer):
+    """Checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io) unless the trainer
+    has its own checkpoint IO, our progress view (sp_lightning.progress) unless it has its own
+    bar, and readable TensorBoard (sp_lightning.tensorboard)."""
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+    from sp_lightning.checkpoint_io import AtomicCheckpointIO
+
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+    use_default_progress_bar(trainer)
+    add_tensorboard_games(trainer)
+    return trainer
 
 
 def use_default_progress_bar(trainer) -> None:
@@ -117,6 +134,16 @@ def load_checkpoint(module: SelfPlayModule, path: str) -> None:
     module.load_state_dict(state, strict=False)
 
 
+def build_from_config(*args: str) -> tuple[SelfPlayModule, SelfPlayDataModule]:
+    """The module and datamodule a config describes, without a Trainer or a run: ``args`` are
+    ``fit``'s (``"--config", "a.yaml", "--data.eval.games", "400"``), the seed is set as ``fit``
+    sets it. For scripts and notebooks that evaluate or play: ``dm.rollout_factory(module.model,
+    module.tokenizer)`` then serves the policy."""
+    cli = SelfPlayCLI(SelfPlayModule, SelfPlayDataModule, args=list(args), run=False, seed_everything_default=0,
+                      save_config_callback=None)
+    return cli.model, cli.datamodule
+
+
 def evaluate_main(args: list[str]) -> dict:
     """``sp-lightning evaluate``: the config's model and games, a checkpoint, an opponent, seeds."""
     import argparse
@@ -137,9 +164,7 @@ def evaluate_main(args: list[str]) -> dict:
     parser.add_argument("--exploitability", type=lambda v: v.lower() in ("1", "true", "yes"), default=False)
     parser.add_argument("--output", help="write the results as JSON to this file")
     ours, rest = parser.parse_known_args(args)
-    cli = SelfPlayCLI(SelfPlayModule, SelfPlayDataModule, args=rest, run=False, seed_everything_default=0,
-                      save_config_callback=None)
-    module, dm = cli.model, cli.datamodule
+    module, dm = build_from_config(*rest)
     if ours.checkpoint:
         load_checkpoint(module, ours.checkpoint)
     worker = dm.rollout_factory(module.model, module.tokenizer)

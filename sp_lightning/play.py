@@ -84,9 +84,7 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
     """``sp-lightning play``: returns each seat's total reward, or None if the person quit."""
     import argparse
 
-    from sp_lightning.cli import SelfPlayCLI, load_checkpoint
-    from sp_lightning.data import SelfPlayDataModule
-    from sp_lightning.module import SelfPlayModule
+    from sp_lightning.cli import build_from_config, load_checkpoint
 
     parser = argparse.ArgumentParser(prog="sp-lightning play", description=__doc__.split("\n")[0])
     parser.add_argument("--game", help="game id (one of the config's games; default: its first). "
@@ -108,9 +106,7 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
     spec = parse_policy(ours.opponent)
     if spec.kind == "bot" and spec.name not in BOTS:
         parser.error(f"--opponent {ours.opponent}: no such bot; known: {', '.join(sorted(BOTS))}")
-    cli = SelfPlayCLI(SelfPlayModule, SelfPlayDataModule, args=rest, run=False, seed_everything_default=0,
-                      save_config_callback=None)
-    module, dm = cli.model, cli.datamodule
+    module, dm = build_from_config(*rest)
     game = _pick_game(dm.games, ours.game, parser)
     env = game.make_env()
     seats = env.possible_agents
@@ -122,21 +118,13 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
         import dataclasses
 
         sampling = dataclasses.replace(sampling, temperature=ours.temperature)
-    policies: dict[str, Any] = {human: HumanPlayer(read, write)}
-    if spec.kind == "bot":  # seeded as the arena seeds its bots
-        bot = make_bots(ours.seed)[spec.name]
-        policies.update({agent: bot.act for agent in seats if agent != human})
-    else:
+    worker = None
+    if spec.kind != "bot":
         if ours.checkpoint:
             load_checkpoint(module, ours.checkpoint)
         worker = dm.rollout_factory(module.model, module.tokenizer)
-        if spec.kind == "checkpoint":  # an adapter directory, served under its name
-            name = os.path.basename(os.path.normpath(spec.name))
-            worker.register_adapter(name, spec.name)
-            spec = PolicyRef("checkpoint", name)
-        for agent in seats:
-            if agent != human:
-                policies[agent] = ModelPlayer(worker, game, spec, sampling, agent)
+    policies: dict[str, Any] = {human: HumanPlayer(read, write)}
+    policies.update(opponent_players(game, human, ours.opponent, worker, sampling, ours.seed))
     write(f"{game.name}: you are {human} (seat {ours.seat}) against {ours.opponent}. "
           "Type a move, e.g. [4] (or 4); quit to leave.")
     try:
@@ -147,6 +135,98 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
     write("\n" + env.observe(human)["text"])
     write("Result: " + ", ".join(f"{a} {r:+g}" for a, r in totals.items()))
     return totals
+
+
+def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, worker: RolloutWorker | None,
+                     sampling: SamplingSettings | None = None, seed: int | None = None) -> dict[str, Any]:
+    """A player for every seat but ``human``'s, all of them ``opponent``: ``bot:<name>`` (seeded
+    as the arena seeds its bots), or a model policy served by ``worker`` (``learner``, ``base``,
+    ``checkpoint:<name>`` of an adapter the worker holds, or ``checkpoint:<adapter dir>``, which
+    is registered under the directory's name)."""
+    spec = opponent if isinstance(opponent, PolicyRef) else parse_policy(opponent)
+    seats = [agent for agent in game.agents if agent != human]
+    if spec.kind == "bot":
+        if spec.name not in BOTS:
+            raise ValueError(f"opponent {opponent}: no such bot; known: {', '.join(sorted(BOTS))}")
+        bot = make_bots(seed)[spec.name]
+        return {agent: bot.act for agent in seats}
+    if worker is None:
+        raise ValueError(f"opponent {opponent}: a model policy needs a rollout worker")
+    if spec.kind == "checkpoint" and os.path.isdir(spec.name):  # an adapter directory
+        name = os.path.basename(os.path.normpath(spec.name))
+        worker.register_adapter(name, spec.name)
+        spec = PolicyRef("checkpoint", name)
+    sampling = sampling or SamplingSettings()
+    return {agent: ModelPlayer(worker, game, spec, sampling, agent) for agent in seats}
+
+
+class GameSession:
+    """One game played a move at a time from code (a notebook cell per move): the person holds
+    ``human``'s seat and the other seats answer at once, as in ``sp-lightning play``.
+
+        session = GameSession(game, opponent_players(game, "player_0", "learner", worker), seed=3)
+        print(session.observation)      # what the person's seat sees, as a model in it would
+        print(session.move("[bet]"))    # the move, the others' replies, and the new view
+
+    A move that is not legal is refused with the legal ones listed and changes nothing; the game
+    runs the same loop as ``envs.play`` (so a session and a scripted game agree move for move).
+    """
+
+    def __init__(self, game: GameSettings, players: dict[str, Any], seed: int | None = None):
+        missing = [agent for agent in game.agents if agent not in players]
+        if len(missing) != 1:
+            raise ValueError(f"GameSession: players must fill every seat of {game.name} but the "
+                             f"person's one, got seats {sorted(players)}")
+        self.human = missing[0]
+        self.env = game.make_env()
+        self.totals = {agent: 0.0 for agent in self.env.possible_agents}
+        self._players = players
+        self._legal: list[str] = []
+        self._turns = self._run(seed)
+        self._legal = next(self._turns, None) or []
+
+    def _run(self, seed: int | None):
+        env = self.env
+        env.reset(seed=seed)
+        for agent in env.agent_iter():
+            observation, reward, terminated, truncated, info = env.last()
+            self.totals[agent] += float(reward)
+            if terminated or truncated:
+                env.step(None)
+            elif agent == self.human:
+                env.step((yield info["legal_actions"]))
+            else:
+                env.step(self._players[agent](observation["text"], info["legal_actions"]))
+
+    @property
+    def observation(self) -> str:
+        """The person's view now (the last line says whose move it is, or the result)."""
+        return self.env.observe(self.human)["text"]
+
+    @property
+    def done(self) -> bool:
+        return not self.env.agents
+
+    @property
+    def legal_moves(self) -> list[str]:
+        return [] if self.done else list(self._legal)
+
+    def move(self, text: str) -> str:
+        """Play ``text`` (``[4]``, or ``4`` where the game lists its moves) and return the view
+        once it is the person's turn again or the game is over."""
+        if self.done:
+            return f"The game is over. {self.result()}"
+        move = text.strip() if not self._legal else (parse_move(text) or parse_move(f"[{text.strip()}]"))
+        if self._legal and move not in self._legal:
+            return f"{text!r} is not a legal move; legal: {' '.join(self._legal)}\n\n{self.observation}"
+        try:
+            self._legal = self._turns.send(move)
+        except StopIteration:
+            self._legal = []
+        return self.observation + (f"\n{self.result()}" if self.done else "")
+
+    def result(self) -> str:
+        return "Result: " + ", ".join(f"{a} {r:+g}" for a, r in self.totals.items())
 
 
 def _pick_game(games: list[GameSettings], wanted: str | None, parser) -> GameSettings:

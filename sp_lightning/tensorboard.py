@@ -13,10 +13,14 @@ TensorBoard and the config names none) does two things:
   ``games/decoded``): who sat where, the outcome and rubric rewards, and for every move the
   prompt the seat saw (decoded, chat tokens included), its answer, the move the game made of it,
   and the move's reward and advantage (learner moves only: the numbers it was trained with).
+
+``read_scalars`` reads the charts back (a notebook's plots of a run, ratings over steps...).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
@@ -131,3 +135,28 @@ class TensorBoardGames(Callback):
         rollout = pick_game(getattr(pl_module, "last_rollouts", []))
         if writer is not None and rollout is not None and trainer.is_global_zero:
             writer.add_text("games/decoded", game_markdown(rollout, pl_module.tokenizer), step)
+
+
+def read_scalars(logdir: str | os.PathLike[str], pattern: str = ".*") -> dict[str, list[tuple[int, float]]]:
+    """Every scalar whose tag matches ``pattern`` (a regular expression, searched), as
+    ``tag -> [(step, value), ...]`` sorted by step, from all event files under ``logdir`` (a
+    TensorBoardLogger's save_dir or one of its versions). A step written twice (a resumed run
+    logs again the steps after its checkpoint) keeps the value written last."""
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+
+    folders = sorted({root for root, _, files in os.walk(logdir) if any("tfevents" in f for f in files)})
+    if not folders:
+        raise FileNotFoundError(f"read_scalars: no TensorBoard event files under {logdir}")
+    wanted = re.compile(pattern)
+    latest: dict[str, dict[int, tuple[float, float]]] = {}  # tag -> step -> (wall time, value)
+    for folder in folders:
+        events = EventAccumulator(folder, size_guidance={SCALARS: 0})  # 0: keep every point
+        events.Reload()
+        for tag in events.Tags()[SCALARS]:
+            if not wanted.search(tag):
+                continue
+            points = latest.setdefault(tag, {})
+            for event in events.Scalars(tag):
+                if event.step not in points or event.wall_time >= points[event.step][0]:
+                    points[event.step] = (event.wall_time, event.value)
+    return {tag: [(step, value) for step, (_, value) in sorted(points.items())] for tag, points in latest.items()}

@@ -40,3 +40,39 @@ def test_uniform_random_tictactoe_matches_the_known_rate():
     result = evaluate(None, game, policy=PolicyRef("bot", "random"), opponent="bot:random", games_per_seat=1000, seed=1)
     low, high = wilson_interval(result.wins, result.games)
     assert low <= 0.437 <= high
+
+
+# ---- cross-play ------------------------------------------------------------------------------
+from sp_lightning.evaluation.crossplay import cross_play  # noqa: E402
+
+
+def test_cross_play_fills_every_cell_from_both_seats_and_reads_each_pair_both_ways():
+    """Bots only: the tactical bot (takes a win, blocks one) beats RandomBot with an interval above
+    zero; a pair's two cells are the same games read from either seat (zero-sum: payoffs negate)."""
+    game = GameSettings(id="tictactoe_v1")
+    table = cross_play(None, game, {"random": "bot:random", "tactical": "bot:tictactoe_tactical"},
+                       games_per_seat=100, seed=7)
+    assert set(table.results) == {(a, b) for a in table.labels for b in table.labels}
+    assert all(r.games == 200 for r in table.results.values())
+    tactical, random_ = table.results[("tactical", "random")], table.results[("random", "tactical")]
+    assert tactical.payoff_ci[0] > 0 and tactical.wins == random_.losses and tactical.losses == random_.wins
+    assert [round(-p, 9) for p in tactical.payoffs] == [round(p, 9) for p in random_.payoffs]
+    assert tactical.per_seat_win_rate != random_.per_seat_win_rate  # read from the other seat
+    matrix = table.matrix()
+    assert matrix[0][1] == -matrix[1][0] and table.labels == ["random", "tactical"]
+    assert "tactical" in table.table() and table.interval_halfwidth() > 0
+
+
+def test_cross_play_serves_model_policies_in_one_run_and_refuses_three_seat_games(tiny_policy):
+    model, tok = tiny_policy
+    worker = HFRolloutWorker(model, tok)
+    game = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "random"})
+    sampling = SamplingSettings(max_new_tokens=1)
+    table = cross_play(worker, game, {"learner": "learner", "base": "base", "random": "bot:random"},
+                       games_per_seat=20, sampling=sampling, seed=3)
+    alone = evaluate(worker, game, policy="learner", opponent="base", games_per_seat=20, sampling=sampling, seed=3)
+    assert table.results[("learner", "base")].games == alone.games == 40
+    model_pair, reverse = table.results[("learner", "base")], table.results[("base", "learner")]
+    assert (model_pair.wins, model_pair.losses) == (reverse.losses, reverse.wins)
+    with pytest.raises(ValueError, match="needs 2"):
+        cross_play(None, GameSettings(id="kuhn_poker_3p_v1"), {"r": "bot:random"})

@@ -1,6 +1,9 @@
 """The tutorial notebooks run top to bottom: nbclient, the ``python3`` kernel of this interpreter,
-cwd ``notebooks/``; any cell error fails the test."""
+cwd ``notebooks/``; any cell error fails the test (the quickstart's own cell asserts that the trained
+policy's interval lies above the untrained one's). Each test then checks the outputs a reader is
+promised: the lines, tables and figures the notebook's text describes."""
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -13,11 +16,28 @@ GAME = NOTEBOOKS / "nim_game.py"
 WRITEFILE = "%%writefile nim_game.py\n"
 
 
+def _run(path: Path, tmp_path) -> nbformat.NotebookNode:
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    )
+    try:
+        client.execute()  # raises CellExecutionError on the first cell that fails
+    finally:
+        nbformat.write(nb, tmp_path / path.name)  # the executed notebook, for a look after a failure
+    return nb
+
+
+def _figures(nb) -> int:
+    return sum("image/png" in out.get("data", {}) for cell in nb.cells for out in cell.get("outputs", []))
+
+
 def _outputs(nb) -> str:
     texts = []
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            texts.append(out.get("text", "") or "".join(out.get("data", {}).get("text/plain", "")))
+            data = out.get("data", {})
+            texts.append(out.get("text", "") or "".join(data.get("text/markdown", "")) or "".join(data.get("text/plain", "")))
     return "\n".join(texts)
 
 
@@ -47,3 +67,47 @@ def test_wrap_your_own_game_notebook_runs(tmp_path, monkeypatch):
     assert "nim_v1 vs bot:random: 40 games" in out  # validate of the checkpoint
     assert list(tmp_path.glob("nim_tiny_*/checkpoints/last.ckpt"))
     assert GAME.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_trains_and_the_win_rate_rises_above_the_untrained_policy(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nb = _run(NOTEBOOKS / "quickstart.ipynb", tmp_path)
+    out = _outputs(nb)
+    assert "[eval step 0] kuhn_poker_v1 vs bot:random: 200 games" in out  # the untrained point
+    assert "[eval step 150] kuhn_poker_v1 vs bot:random: 200 games" in out
+    assert "the intervals do not overlap" in out  # the notebook's own assertion passed
+    trained = re.search(r"^trained: +1000 games: win ([0-9.]+) \[([0-9.]+),", out, re.M)
+    untrained = re.search(r"untrained: 1000 games: win ([0-9.]+) \[[0-9.]+, ([0-9.]+)\]", out)
+    assert trained and untrained and float(trained.group(2)) > float(untrained.group(2))
+    assert _figures(nb) == 1  # the win-rate plot
+    assert out.count("seats: player_0:") == 3  # three decoded games
+    assert "exploitability" in out and "[bet]" in out  # the strategy table
+    assert list(tmp_path.glob("quickstart_*/checkpoints/last.ckpt"))
+
+
+@pytest.mark.slow
+def test_play_notebook_plays_a_hand_against_the_checkpoint_and_two_checkpoints_play(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nb = _run(NOTEBOOKS / "play_against_a_checkpoint.ipynb", tmp_path)
+    out = _outputs(nb)
+    assert "'raise' is not a legal move; legal: [check] [bet]" in out  # refused, nothing changed
+    assert "Game over: you" in out and "Result: player_0" in out  # the hand was played to its end
+    assert "Your card:" in out and out.count("Your card:") == out.count("You are player 0")  # only its own card
+    assert "Tic-Tac-Toe. You are X." in out  # the same against a bot
+    assert out.count("seats: player_0: checkpoint:") == 2  # one game with each checkpoint in each seat
+    late = re.search(r"step 150 vs step 25: 1000 games: win ([0-9.]+) \[([0-9.]+),", out)
+    assert late and "step 150 vs itself:  1000 games" in out
+
+
+@pytest.mark.slow
+def test_league_notebook_reads_ratings_mix_and_cross_play(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    nb = _run(NOTEBOOKS / "league_analysis.ipynb", tmp_path)
+    out = _outputs(nb)
+    assert re.search(r"^hero +learner +120 ", out, re.M)  # the registry table
+    assert re.search(r"^ckpt-000120 +checkpoint +120 ", out, re.M)
+    assert "matches on record; best checkpoint: ckpt-" in out
+    assert re.search(r"^ +random_bot +base_model +ckpt-000010 ", out, re.M)  # the cross-play table
+    assert "widest 95% interval" in out
+    assert _figures(nb) == 5  # ratings now, ratings over the run, mix + opponents, heatmap, exploitability

@@ -66,3 +66,57 @@ def test_bad_arguments_name_the_flag(args, message, capsys):
     with pytest.raises(SystemExit):
         play_main(args, read=ScriptedPerson([]), write=lambda text: None)
     assert message in capsys.readouterr().err
+
+
+# ---- GameSession: the notebook's move-per-cell game ------------------------------------------
+from envs import play as play_episode  # noqa: E402
+from sp_lightning.games import GameSettings  # noqa: E402
+from sp_lightning.play import GameSession, opponent_players  # noqa: E402
+
+
+def test_a_session_plays_the_same_game_as_the_scripted_loop_and_refuses_illegal_moves():
+    """Moves sent one by one give the game ``envs.play`` gives with the same moves, seeds and bot;
+    an illegal or unknown move is refused and changes nothing."""
+    game = GameSettings(id="tictactoe_v1")
+    order = ["4", "0", "8", "2", "6", "1", "3", "5", "7"]
+    session = GameSession(game, opponent_players(game, "player_0", "bot:random", None, seed=5), seed=5)
+    assert session.human == "player_0" and session.legal_moves == [f"[{i}]" for i in range(9)]
+    before = session.observation
+    assert session.move("9").startswith("'9' is not a legal move") and session.observation == before
+    sent = []
+    while not session.done:
+        move = next(m for m in order if f"[{m}]" in session.legal_moves)
+        sent.append(f"[{move}]")
+        session.move(move)
+    assert session.legal_moves == [] and session.move("1").startswith("The game is over.")
+
+    replay = iter(sent)
+    scripted = {"player_0": lambda obs, legal: next(replay), **opponent_players(game, "player_0", "bot:random", None, seed=5)}
+    env = game.make_env()
+    totals = play_episode(env, scripted, seed=5)
+    assert totals == session.totals and env.observe("player_0")["text"] == session.observation
+    assert session.result() == "Result: " + ", ".join(f"{a} {r:+g}" for a, r in totals.items())
+
+
+def test_a_session_serves_the_model_and_shows_only_the_persons_view(tiny_policy):
+    from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
+
+    model, tok = tiny_policy
+    game = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "random"})
+    players = opponent_players(game, "player_1", "learner", HFRolloutWorker(model, tok), SamplingSettings(max_new_tokens=1), 0)
+    session = GameSession(game, players, seed=0)
+    assert session.human == "player_1" and "You are player 1" in session.observation
+    assert "History: player 0 [" in session.observation  # the model moved first
+    while not session.done:
+        session.move(session.legal_moves[0])
+    assert "Game over" in session.observation and session.observation.count("Your card") <= 1
+
+
+def test_opponent_players_names_what_is_wrong():
+    game = GameSettings(id="tictactoe_v1")
+    with pytest.raises(ValueError, match="no such bot; known: .*random"):
+        opponent_players(game, "player_0", "bot:nobody", None)
+    with pytest.raises(ValueError, match="needs a rollout worker"):
+        opponent_players(game, "player_0", "learner", None)
+    with pytest.raises(ValueError, match="every seat of tictactoe_v1 but the person's one"):
+        GameSession(game, {}, seed=0)

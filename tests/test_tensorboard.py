@@ -56,3 +56,24 @@ def test_layout_groups_every_chart_and_gives_each_game_a_win_rate_margin():
     assert not re.fullmatch(league, "league/hero/mu")
     with pytest.raises(ValueError, match="every"):
         TensorBoardGames(every=0)
+
+
+def test_read_scalars_reads_every_version_and_keeps_the_last_write_of_a_step(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    from sp_lightning.tensorboard import read_scalars
+
+    first = SummaryWriter(tmp_path / "tb" / "version_0")
+    for step in range(5):
+        first.add_scalar("league/hero/mu", 25.0 + step, step)
+        first.add_scalar("train/loss", 1.0, step)
+    first.close()
+    resumed = SummaryWriter(tmp_path / "tb" / "version_1")  # a resume from step 3 writes 3 and 4 again
+    for step in (3, 4, 5):
+        resumed.add_scalar("league/hero/mu", 100.0 + step, step)
+    resumed.close()
+    scalars = read_scalars(tmp_path / "tb", r"^league/")
+    assert list(scalars) == ["league/hero/mu"]
+    assert scalars["league/hero/mu"] == [(0, 25.0), (1, 26.0), (2, 27.0), (3, 103.0), (4, 104.0), (5, 105.0)]
+    with pytest.raises(FileNotFoundError, match="no TensorBoard event files"):
+        read_scalars(tmp_path / "empty")

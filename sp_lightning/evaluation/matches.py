@@ -107,33 +107,65 @@ def play(
 
     ``opponent`` is one policy for every other seat, or one per other seat (in seat order).
     """
+    match = Match(game, policy, opponent, games_per_seat, seed, env_overrides)
+    games = match.games(play_matches(worker, [match], sampling, seed)[0])
+    return summarize(games, str(match.hero), match.label, game.agents), games
+
+
+@dataclass
+class Match:
+    """The episodes of one ``policy`` against ``opponent`` evaluation (see :func:`play`)."""
+
+    game: GameSettings
+    policy: str | PolicyRef
+    opponent: str | PolicyRef | Sequence[str | PolicyRef]
+    games_per_seat: int
+    seed: int
+    env_overrides: dict | None = None
+
+    def __post_init__(self) -> None:
+        game = self.game
+        self.hero = as_policy(self.policy)
+        others = [self.opponent] if isinstance(self.opponent, (str, PolicyRef)) else list(self.opponent)
+        others = [as_policy(o) for o in others]
+        if len(others) == 1:
+            others = others * (len(game.agents) - 1)
+        if len(others) != len(game.agents) - 1:
+            raise ValueError(f"evaluate: {game.name} has {len(game.agents)} seats; expected 1 or "
+                             f"{len(game.agents) - 1} opponents, got {len(others)}")
+        if self.games_per_seat < 1:
+            raise ValueError(f"evaluate: games_per_seat: expected >= 1, got {self.games_per_seat}")
+        self.label = str(others[0]) if len(set(others)) == 1 else ",".join(map(str, others))
+        self.episodes, self.seeds, self.hero_seats = [], [], []
+        for s, seat in enumerate(game.agents):
+            rest = iter(others)
+            seats = {a: (self.hero if a == seat else next(rest)) for a in game.agents}
+            for i in range(self.games_per_seat):
+                self.episodes.append(game.episode(seats, **(self.env_overrides or {})))
+                self.seeds.append(self.seed + s * SEAT_STRIDE + i)
+                self.hero_seats.append(seat)
+
+    def games(self, rollouts: list[Rollout]) -> list[tuple[str, Rollout]]:
+        return list(zip(self.hero_seats, rollouts))
+
+
+def play_matches(worker: RolloutWorker | None, matches: list[Match], sampling: SamplingSettings | None,
+                 seed: int) -> list[list[Rollout]]:
+    """Every match's games in one arena run, so that the model moves of all of them (any mix of
+    adapters) share generate calls; the rollouts of each match, in its episodes' order."""
     from envs import make_bots
 
-    hero = as_policy(policy)
-    others = [opponent] if isinstance(opponent, (str, PolicyRef)) else list(opponent)
-    others = [as_policy(o) for o in others]
-    if len(others) == 1:
-        others = others * (len(game.agents) - 1)
-    if len(others) != len(game.agents) - 1:
-        raise ValueError(f"evaluate: {game.name} has {len(game.agents)} seats; expected 1 or "
-                         f"{len(game.agents) - 1} opponents, got {len(others)}")
-    if games_per_seat < 1:
-        raise ValueError(f"evaluate: games_per_seat: expected >= 1, got {games_per_seat}")
-    episodes, seeds, hero_seats = [], [], []
-    for s, seat in enumerate(game.agents):
-        rest = iter(others)
-        seats = {a: (hero if a == seat else next(rest)) for a in game.agents}
-        for i in range(games_per_seat):
-            episodes.append(game.episode(seats, **(env_overrides or {})))
-            seeds.append(seed + s * SEAT_STRIDE + i)
-            hero_seats.append(seat)
     arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed))
+    episodes = [e for m in matches for e in m.episodes]
+    seeds = [s for m in matches for s in m.seeds]
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         rollouts = arena.play(episodes, seeds)
-    games = list(zip(hero_seats, rollouts))
-    label = str(others[0]) if len(set(others)) == 1 else ",".join(map(str, others))
-    return summarize(games, str(hero), label, game.agents), games
+    out, start = [], 0
+    for m in matches:
+        out.append(rollouts[start:start + len(m.episodes)])
+        start += len(m.episodes)
+    return out
 
 
 def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agents: list[str]) -> EvalResult:

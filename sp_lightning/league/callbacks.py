@@ -39,6 +39,7 @@ import lightning as L
 from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry
 from sp_lightning.league.sampler import HERO_ID, LeagueSampler
+from sp_lightning.model import save_adapter
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +243,7 @@ class LeagueCallback(L.Callback):
         if tags:
             agent_id = f"ckpt-{step:06d}"
             path = os.path.join(self.dir, "adapters", agent_id)
-            trainer.lightning_module.model.save_pretrained(path, selected_adapters=["default"])
-            trainer.lightning_module.tokenizer.save_pretrained(path)
+            save_adapter(trainer.lightning_module.model, trainer.lightning_module.tokenizer, path)
             parent = max(checkpoints, key=lambda a: a.step, default=None)
             self.registry.update_agent(HERO_ID, step=step)
             self.registry.add_agent(AgentRecord(
@@ -298,6 +298,8 @@ class LeagueCallback(L.Callback):
         for agent in members:
             if agent.type == "baseline":
                 metrics[f"league/baseline/{agent.id}/rating"] = TrueSkillRatings.conservative(agent.mu, agent.sigma)
+                metrics[f"league/baseline/{agent.id}/mu"] = agent.mu  # with sigma: the interval
+                metrics[f"league/baseline/{agent.id}/sigma"] = agent.sigma
                 metrics[f"league/baseline/{agent.id}/elo"] = agent.elo
         best = state.metadata.get("best_agent")
         if best in state.agents:
