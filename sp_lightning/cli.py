@@ -139,8 +139,10 @@ def build_from_config(*args: str) -> tuple[SelfPlayModule, SelfPlayDataModule]:
     ``fit``'s (``"--config", "a.yaml", "--data.eval.games", "400"``), the seed is set as ``fit``
     sets it. For scripts and notebooks that evaluate or play: ``dm.rollout_factory(module.model,
     module.tokenizer)`` then serves the policy."""
-    cli = SelfPlayCLI(SelfPlayModule, SelfPlayDataModule, args=list(args), run=False, seed_everything_default=0,
-                      save_config_callback=None)
+    with warnings.catch_warnings():  # the caller's own command line is not for LightningCLI
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        cli = SelfPlayCLI(SelfPlayModule, SelfPlayDataModule, args=list(args), run=False, seed_everything_default=0,
+                          save_config_callback=None)
     return cli.model, cli.datamodule
 
 

@@ -86,7 +86,11 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
 
     from sp_lightning.cli import build_from_config, load_checkpoint
 
-    parser = argparse.ArgumentParser(prog="sp-lightning play", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="sp-lightning play", description=__doc__.split("\n")[0],
+        epilog="--config <yaml> (repeatable) and any fit option (--model..., --data...) choose the model and "
+               "the games, as for fit; give the config a checkpoint was trained with. Without --config: "
+               "the default tiny model and --game.")
     parser.add_argument("--game", help="game id (one of the config's games; default: its first). "
                         "Without --config, any registered game id")
     parser.add_argument("--opponent", default="learner",
@@ -99,7 +103,8 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
     ours, rest = parser.parse_known_args(args)
     for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
         logging.getLogger(name).setLevel(logging.WARNING)
-    if not any(a == "--config" or a.startswith("--config=") for a in rest):
+    has_config = any(a == "--config" or a.startswith("--config=") for a in rest)
+    if not has_config:
         if not ours.game:
             parser.error("give --config or --game")
         rest = [*rest, f"--data.games=[{{\"id\": \"{ours.game}\"}}]"]
@@ -121,12 +126,21 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
     worker = None
     if spec.kind != "bot":
         if ours.checkpoint:
-            load_checkpoint(module, ours.checkpoint)
+            try:
+                load_checkpoint(module, ours.checkpoint)
+            except ValueError as exc:
+                hint = "" if has_config else "; pass the --config the checkpoint was trained with"
+                parser.error(f"{exc}{hint}")
         worker = dm.rollout_factory(module.model, module.tokenizer)
     policies: dict[str, Any] = {human: HumanPlayer(read, write)}
-    policies.update(opponent_players(game, human, ours.opponent, worker, sampling, ours.seed))
-    write(f"{game.name}: you are {human} (seat {ours.seat}) against {ours.opponent}. "
-          "Type a move, e.g. [4] (or 4); quit to leave.")
+    for agent, player in opponent_players(game, human, ours.opponent, worker, sampling, ours.seed).items():
+        policies[agent] = _announced(player, agent, write)
+    against = ours.opponent
+    if spec.kind == "learner":
+        against = ours.checkpoint or "the untrained policy (no --checkpoint: expect invalid moves)"
+    example = (game.info.moves[0] if game.info is not None and game.info.moves else "[4]")
+    write(f"{game.name}: you are {human} (seat {ours.seat}) against {against}. "
+          f"Type a move, e.g. {example} (or {example.strip('[]')}); quit to leave.")
     try:
         totals = play(env, policies, seed=ours.seed)
     except PlayerQuit:
@@ -135,6 +149,22 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
     write("\n" + env.observe(human)["text"])
     write("Result: " + ", ".join(f"{a} {r:+g}" for a, r in totals.items()))
     return totals
+
+
+def _announced(player: Callable[[str, list[str]], str | None], agent: str, write: Callable[[str], None]):
+    """``player``, saying what it played: the person's next view may not show it (a board does
+    not say which cell is new)."""
+
+    def act(observation: str, legal_actions: list[str]) -> str | None:
+        action = player(observation, legal_actions)
+        if not legal_actions:  # a free-text game: the text is the move
+            write(f"{agent} says {str(action)[:200]!r}")
+            return action
+        move = parse_move(action) if action is not None else None
+        write(f"{agent} plays {move if move in legal_actions else repr(action) + ' (not a legal move)'}")
+        return action
+
+    return act
 
 
 def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, worker: RolloutWorker | None,

@@ -31,7 +31,8 @@ def test_a_full_game_against_a_bot_through_piped_input():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     text = out.stdout
-    assert "you are player_0 (seat 0) against bot:random" in text
+    assert "you are player_0 (seat 0) against bot:random. Type a move, e.g. [0] (or 0)" in text
+    assert "player_1 plays [" in text  # the bot's moves are announced: a board does not say which cell is new
     assert "is not a legal move" in text  # the bot took a cell the script asked for
     assert "Game over: you" in text and "Result: player_0" in text
     assert "GPU available" not in out.stdout + out.stderr
@@ -47,6 +48,8 @@ def test_kuhn_against_the_untrained_model_shows_only_your_own_card():
     cards = {line.split("Your card: ")[1][0] for line in text.splitlines() if "Your card: " in line}
     assert len(cards) == 1  # only player_1's own card is ever shown
     assert "You are player 1" in text and "Result: player_0" in text
+    assert "against the untrained policy (no --checkpoint" in text and "e.g. [check] (or check)" in text
+    assert "player_0 plays" in text  # the model's move, legal or not, is announced
 
 
 def test_quit_and_end_of_input_leave_the_game():
@@ -120,3 +123,21 @@ def test_opponent_players_names_what_is_wrong():
         opponent_players(game, "player_0", "learner", None)
     with pytest.raises(ValueError, match="every seat of tictactoe_v1 but the person's one"):
         GameSession(game, {}, seed=0)
+
+
+def test_a_checkpoint_of_another_model_without_its_config_says_to_pass_the_config(tmp_path, capsys):
+    """A .ckpt trained with trainable token rows does not fit the default model of ``--game``
+    alone: the error names the weights and says which flag is missing."""
+    import torch
+
+    from sp_lightning.model import LoraSettings, PolicySettings
+    from sp_lightning.module import SelfPlayModule
+
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])))
+    path = tmp_path / "trained.ckpt"
+    torch.save({"state_dict": module.state_dict()}, path)
+    with pytest.raises(SystemExit):
+        play_main(["--game", "kuhn_poker_v1", "--checkpoint", str(path)], read=ScriptedPerson([]),
+                  write=lambda text: None)
+    err = capsys.readouterr().err
+    assert "do not fit the config's model" in err and "pass the --config the checkpoint was trained with" in err
