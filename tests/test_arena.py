@@ -4,7 +4,7 @@ import pytest
 
 from sp_lightning.arena import Arena, to_records
 from sp_lightning.credit import Constant
-from sp_lightning.episodes import Episode, GameEpisode
+from sp_lightning.episodes import Episode
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.rubric import Rubric
