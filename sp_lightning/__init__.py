@@ -24,16 +24,17 @@ _EXPORTS = {
     "GameSettings": "games", "RewardSettings": "rubric",
     "PolicySettings": "model", "LoraSettings": "model", "TinyModelSettings": "model",
     "SamplingSettings": "rollout.base", "GRPO": "credit", "RAE": "credit",
-    "make_trainer": "cli", "build_from_config": "cli", "load_checkpoint": "cli", "save_adapter": "model",
-    "evaluate": "evaluation.matches", "play_games": "evaluation.matches",
+    "make_trainer": "cli", "build_from_config": "cli", "load_checkpoint": "cli",
+    "evaluate": "evaluation.matches", "play_games": "evaluation.matches:play",
 }
+"""name -> "module" (the attribute of that name) or "module:attribute"."""
 
 
 def __getattr__(name: str):
     """Lazy exports (PEP 562): importing the package stays cheap for the CLI's subcommands."""
     if name in _EXPORTS:
-        module = importlib.import_module(f"sp_lightning.{_EXPORTS[name]}")
-        return getattr(module, "play" if name == "play_games" else name)
+        module, _, attribute = _EXPORTS[name].partition(":")
+        return getattr(importlib.import_module(f"sp_lightning.{module}"), attribute or name)
     raise AttributeError(f"module 'sp_lightning' has no attribute {name!r}")
 
 

@@ -263,10 +263,3 @@ def _trainable_token_ids(tokens: list[str] | None, tokenizer, games: list[str]) 
         ids.append(token_id)
     return ids
 
-
-def save_adapter(model, tokenizer, path: str | os.PathLike[str]) -> None:
-    """The policy's trained adapter (and tokenizer) as a peft adapter directory: what the league
-    keeps for each checkpoint, ``checkpoint:<dir>`` serves, and ``PeftModel.from_pretrained`` or
-    vLLM load. Only the ``default`` adapter: league adapters loaded beside it are not saved."""
-    model.save_pretrained(path, selected_adapters=["default"])
-    tokenizer.save_pretrained(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
 from sp_lightning.model import PolicySettings, load_policy
+from sp_lightning.rollout.hf import LEARNER_ADAPTER
 from sp_lightning.types import TrainingRecord
 
 log = logging.getLogger(__name__)
@@ -456,8 +458,14 @@ class SelfPlayModule(L.LightningModule):
         if states is not None:
             rng_streams.set_global_states(states)
 
-    def save_adapter(self, path: str) -> None:
-        """Write the adapter (or the whole model without LoRA) and tokenizer with save_pretrained."""
-        self.model.save_pretrained(path)
+    def save_adapter(self, path: str | os.PathLike[str]) -> None:
+        """The trained adapter (or the whole model without LoRA) and the tokenizer, with
+        save_pretrained: what the league keeps for each checkpoint, ``checkpoint:<dir>`` serves,
+        and ``PeftModel.from_pretrained`` or vLLM load. Only the learner's adapter: league
+        checkpoints loaded beside it for rollouts are not saved with it."""
+        if hasattr(self.model, "peft_config"):
+            self.model.save_pretrained(path, selected_adapters=[LEARNER_ADAPTER])
+        else:
+            self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
 

@@ -33,6 +33,24 @@ from sp_lightning.types import ModelRequest, PolicyRef
 QUIT = ("quit", "exit", "resign")
 
 
+def read_move(text: str, legal_actions: list[str]) -> str | None:
+    """A person's move: ``[4]``, or ``4`` where the game lists its moves; None when it is not one
+    of ``legal_actions``. In a free-text game (no list) the text itself."""
+    if not legal_actions:
+        return text.strip()
+    move = parse_move(text) or parse_move(f"[{text.strip()}]")
+    return move if move in legal_actions else None
+
+
+def format_result(totals: dict[str, float]) -> str:
+    return "Result: " + ", ".join(f"{agent} {reward:+g}" for agent, reward in totals.items())
+
+
+def require_bot(spec: PolicyRef) -> None:
+    if spec.kind == "bot" and spec.name not in BOTS:
+        raise ValueError(f"bot:{spec.name}: no such bot; known: {', '.join(sorted(BOTS))}")
+
+
 class PlayerQuit(Exception):
     """The person left the game (end of input, or ``quit``)."""
 
@@ -57,10 +75,8 @@ class HumanPlayer:
                 raise PlayerQuit from None
             if text.lower() in QUIT:
                 raise PlayerQuit
-            if not legal_actions:  # a free-text game: the game judges the text
-                return text
-            move = parse_move(text) or parse_move(f"[{text}]")
-            if move in legal_actions:
+            move = read_move(text, legal_actions)
+            if move is not None:
                 return move
             self.write(f"{text!r} is not a legal move; legal: {' '.join(legal_actions)}")
 
@@ -109,8 +125,10 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
             parser.error("give --config or --game")
         rest = [*rest, f"--data.games=[{{\"id\": \"{ours.game}\"}}]"]
     spec = parse_policy(ours.opponent)
-    if spec.kind == "bot" and spec.name not in BOTS:
-        parser.error(f"--opponent {ours.opponent}: no such bot; known: {', '.join(sorted(BOTS))}")
+    try:
+        require_bot(spec)
+    except ValueError as exc:
+        parser.error(f"--opponent {exc}")
     module, dm = build_from_config(*rest)
     game = _pick_game(dm.games, ours.game, parser)
     env = game.make_env()
@@ -147,7 +165,7 @@ def play_main(args: list[str], read: Callable[[str], str] = input,
         write("\nYou left the game.")
         return None
     write("\n" + env.observe(human)["text"])
-    write("Result: " + ", ".join(f"{a} {r:+g}" for a, r in totals.items()))
+    write(format_result(totals))
     return totals
 
 
@@ -176,8 +194,7 @@ def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, 
     spec = opponent if isinstance(opponent, PolicyRef) else parse_policy(opponent)
     seats = [agent for agent in game.agents if agent != human]
     if spec.kind == "bot":
-        if spec.name not in BOTS:
-            raise ValueError(f"opponent {opponent}: no such bot; known: {', '.join(sorted(BOTS))}")
+        require_bot(spec)
         bot = make_bots(seed)[spec.name]
         return {agent: bot.act for agent in seats}
     if worker is None:
@@ -211,9 +228,8 @@ class GameSession:
         self.env = game.make_env()
         self.totals = {agent: 0.0 for agent in self.env.possible_agents}
         self._players = players
-        self._legal: list[str] = []
         self._turns = self._run(seed)
-        self._legal = next(self._turns, None) or []
+        self._legal: list[str] = next(self._turns, None) or []
 
     def _run(self, seed: int | None):
         env = self.env
@@ -246,8 +262,8 @@ class GameSession:
         once it is the person's turn again or the game is over."""
         if self.done:
             return f"The game is over. {self.result()}"
-        move = text.strip() if not self._legal else (parse_move(text) or parse_move(f"[{text.strip()}]"))
-        if self._legal and move not in self._legal:
+        move = read_move(text, self._legal)
+        if move is None:
             return f"{text!r} is not a legal move; legal: {' '.join(self._legal)}\n\n{self.observation}"
         try:
             self._legal = self._turns.send(move)
@@ -256,7 +272,7 @@ class GameSession:
         return self.observation + (f"\n{self.result()}" if self.done else "")
 
     def result(self) -> str:
-        return "Result: " + ", ".join(f"{a} {r:+g}" for a, r in self.totals.items())
+        return format_result(self.totals)
 
 
 def _pick_game(games: list[GameSettings], wanted: str | None, parser) -> GameSettings:

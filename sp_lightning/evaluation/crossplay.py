@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sp_lightning.evaluation.matches import EvalResult, Match, as_policy, play_matches, summarize
+from sp_lightning.evaluation.matches import EvalResult, Match, play_matches, summarize
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import PolicyRef
@@ -57,13 +57,12 @@ def cross_play(worker: RolloutWorker | None, game: GameSettings, policies: Mappi
         raise ValueError("cross_play: expected at least one policy")
     labels = list(policies)
     pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i:]]
-    matches = [Match(game, as_policy(policies[a]), as_policy(policies[b]), games_per_seat, seed, env_overrides)
-               for a, b in pairs]
+    matches = [Match(game, policies[a], policies[b], games_per_seat, seed, env_overrides) for a, b in pairs]
+    other = dict(zip(game.agents, reversed(game.agents)))  # the other seat of a two-seat game
     results: dict[tuple[str, str], EvalResult] = {}
     for (a, b), match, rollouts in zip(pairs, matches, play_matches(worker, matches, sampling, seed)):
         games = match.games(rollouts)
         results[(a, b)] = summarize(games, a, b, game.agents)
         if a != b:
-            other = {game.agents[0]: game.agents[1], game.agents[1]: game.agents[0]}
             results[(b, a)] = summarize([(other[seat], rollout) for seat, rollout in games], b, a, game.agents)
     return CrossPlay(labels, results)

@@ -39,7 +39,6 @@ import lightning as L
 from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry
 from sp_lightning.league.sampler import HERO_ID, LeagueSampler
-from sp_lightning.model import save_adapter
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +242,7 @@ class LeagueCallback(L.Callback):
         if tags:
             agent_id = f"ckpt-{step:06d}"
             path = os.path.join(self.dir, "adapters", agent_id)
-            save_adapter(trainer.lightning_module.model, trainer.lightning_module.tokenizer, path)
+            trainer.lightning_module.save_adapter(path)
             parent = max(checkpoints, key=lambda a: a.step, default=None)
             self.registry.update_agent(HERO_ID, step=step)
             self.registry.add_agent(AgentRecord(
