@@ -33,15 +33,37 @@ class _Context:
     async def generate(self, request: ModelRequest) -> Completion:
         return await self._run.generate(request)
 
-    async def run(self, episode: Episode, seed: int) -> Rollout:
-        """A nested episode in the same task: the parent simply waits for it."""
-        rollout = await episode.rollout(_Context(self._run, seed))
-        rollout.level += 1
-        return rollout
+    async def run(self, episode: Episode, seed: int, trainable: bool = True) -> Rollout:
+        """A nested episode in the same task: the parent simply waits for it, and gets it back
+        scored by its own rubric. ``trainable=False``: its steps inform the parent (through
+        ``get_extras``) and never train."""
+        rollout = await play_and_score(episode, _Context(self._run, seed))
+        return _as_child(rollout, trainable)
 
-    async def run_many(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
+    async def run_many(self, episodes: Sequence[Episode], seeds: Sequence[int],
+                       trainable: bool = True) -> list[Rollout]:
         """Nested episodes played concurrently; their model calls join the same batches."""
-        return await self._run.gather_children(episodes, seeds)
+        return await self._run.gather_children(episodes, seeds, trainable)
+
+
+def _as_child(rollout: Rollout, trainable: bool) -> Rollout:
+    """One level deeper; with ``trainable=False`` every step of its tree is kept from training."""
+    for node in rollout.walk():
+        node.level += 1
+        if not trainable:
+            node.trainable = False
+            for step in node.steps:
+                step.in_trainable_episode = False
+    return rollout
+
+
+async def play_and_score(episode: Episode, ctx: _Context) -> Rollout:
+    """Play one episode and score it with its rubric, in the episode's own task: a judge's
+    model calls join the batch of whatever else is pending, and a parent reads its children's
+    rewards as soon as they return."""
+    rollout = await episode.rollout(ctx)
+    await episode.rubric.ascore(rollout, ctx=ctx, extras=episode.get_extras(rollout))
+    return rollout
 
 
 class _Run:
@@ -77,12 +99,13 @@ class _Run:
 
     async def play_top(self, episode: Episode, seed: int) -> Rollout:
         try:
-            return await episode.rollout(_Context(self, seed))
+            return await play_and_score(episode, _Context(self, seed))
         finally:
             self.runnable -= 1
             self.maybe_flush()
 
-    async def gather_children(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
+    async def gather_children(self, episodes: Sequence[Episode], seeds: Sequence[int],
+                              trainable: bool = True) -> list[Rollout]:
         if not episodes:
             return []
         remaining = len(episodes)
@@ -91,9 +114,7 @@ class _Run:
         async def child(episode: Episode, seed: int) -> Rollout:
             nonlocal remaining
             try:
-                rollout = await episode.rollout(_Context(self, seed))
-                rollout.level += 1
-                return rollout
+                return _as_child(await play_and_score(episode, _Context(self, seed)), trainable)
             finally:
                 remaining -= 1
                 if remaining:  # the last child hands its slot back to the waiting parent
@@ -131,7 +152,8 @@ class Arena:
         return Completion(text=text, policy=request.policy)
 
     def play(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
-        """Play every episode concurrently; rubric rewards are filled in."""
+        """Play every episode concurrently; each is scored by its rubric as it ends (nested
+        ones included)."""
         run = _Run(self)
         run.runnable = len(episodes)
 
@@ -139,8 +161,6 @@ class Arena:
             return await asyncio.gather(*(run.play_top(e, s) for e, s in zip(episodes, seeds)))
 
         rollouts = list(_run_coroutine(main()))
-        for episode, rollout in zip(episodes, rollouts):
-            episode.rubric.score(rollout)
         self.last_generate_calls = run.generate_calls
         self.last_retries = run.retries
         return rollouts
@@ -213,7 +233,8 @@ def rollout_metrics(episodes: Sequence[Episode], rollouts: Sequence[Rollout]) ->
     sums: dict[str, list[float]] = defaultdict(list)
     for episode, rollout in zip(episodes, rollouts):
         for key, value in episode.get_extras(rollout).items():
-            sums[f"{rollout.episode}/{key}"].append(float(value))
+            if isinstance(value, (int, float)):  # numbers are logged; other extras are for the rubric
+                sums[f"{rollout.episode}/{key}"].append(float(value))
         for role, reward in rollout.rewards.items():
             if rollout.seats.get(role) is not None and rollout.seats[role].kind == "learner":
                 sums[f"{rollout.episode}/reward/{role}"].append(reward)

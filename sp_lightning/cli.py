@@ -30,6 +30,8 @@ warnings.filterwarnings("ignore", message=".*Found `dataloader_iter` argument.*"
 warnings.filterwarnings("ignore", message=".*You are using the `dataloader_iter` step flavor.*")
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 warnings.filterwarnings("ignore", message=".*Your `IterableDataset` has `__len__` defined.*")
+# A checkpoint every N steps holds the weights after that step's update: what a resume needs.
+warnings.filterwarnings("ignore", message=".*Using ModelCheckpoint with manual optimization.*")
 
 
 def default_precision() -> str:

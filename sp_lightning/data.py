@@ -5,7 +5,9 @@ consumes it through ``training_step(dataloader_iter)``, which stops Lightning fr
 so each batch is generated right before the step that trains on it (on-policy). Under DDP every
 rank plays its own games (seeded by rank) and yields one batch per step, so ranks stay in step.
 
-Who sits in which seat is the opponent sampler's decision (``opponents``, chosen by class:
+What each batch plays is the episode source's decision (``episodes``, chosen by class:
+``sp_lightning.sources.GameMix`` of the config's games by default; debate, proposer/solver or a
+curriculum otherwise). Who sits in which seat of a game is the opponent sampler's decision (``opponents``, chosen by class:
 ``sp_lightning.games.FixedMix`` by default, ``sp_lightning.league.LeagueSampler`` for league
 play); which backend serves the model policies is the rollout factory's (``rollout``, chosen by
 class: ``sp_lightning.rollout.HFRolloutWorker`` by default), called with the module's model and
@@ -18,7 +20,6 @@ the evaluation opponent, split evenly over the seats (see ``sp_lightning.evaluat
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from sp_lightning.arena import Arena, seeded_rng
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
+from sp_lightning.sources import EpisodeSource, GameMix
 
 RolloutFactory = Callable[[Any, Any], RolloutWorker]
 """A rollout backend class with its settings; LightningCLI leaves (model, tokenizer) to setup."""
@@ -63,11 +65,9 @@ class _RolloutStream(IterableDataset):
         while True:
             # one stream per batch, from the batch's index: a resumed run plays the same games
             rng = seeded_rng(dm.seed, rank, batch=dm.batches_played)
-            games = [dm.pick_game(rng) for _ in range(dm.episodes_per_batch)]
-            episodes = [game.episode(dm.opponents.seats(game, rng)) for game in games]
-            seeds = [rng.randrange(2**31) for _ in episodes]
-            batch = dm.arena.collect(episodes, seeds, dm.credit)
-            dm.opponents.observe(batch.rollouts)
+            requests = dm.source.get_batch(rng, dm.episodes_per_batch)
+            batch = dm.arena.collect([r.episode for r in requests], [r.seed for r in requests], dm.credit)
+            dm.source.observe(batch.rollouts)
             dm.batches_played += 1
             yield batch
 
@@ -103,7 +103,7 @@ def check_moves_fit(games: list[GameSettings], tokenizer, max_new_tokens: int) -
 class SelfPlayDataModule(L.LightningDataModule):
     def __init__(
         self,
-        games: list[GameSettings],
+        games: list[GameSettings] | None = None,
         episodes_per_batch: int = 64,
         sampling: SamplingSettings | None = None,
         credit: CreditAssigner | None = None,
@@ -112,10 +112,12 @@ class SelfPlayDataModule(L.LightningDataModule):
         opponents: OpponentSampler | None = None,
         rollout: RolloutFactory | None = None,
         retry: RetrySettings | None = None,
+        episodes: EpisodeSource | None = None,
     ):
         """
         Args:
-            games: The games of the training mix, each with its opponents and reward settings.
+            games: The games of the training mix, each with its opponents and reward settings;
+                they are also what validation plays. Optional when ``episodes`` is given.
             episodes_per_batch: Episodes played (per rank) for each optimizer step.
             sampling: How the rollout worker samples completions.
             credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | Constant).
@@ -128,10 +130,14 @@ class SelfPlayDataModule(L.LightningDataModule):
                 sp_lightning.rollout.HFRolloutWorker by default), built at setup with the model.
             retry: How a generate call that failed with a transient fault (a remote server's
                 timeout or dropped connection) is retried before the run stops.
+            episodes: What each batch plays (class_path: a sp_lightning.sources.EpisodeSource,
+                e.g. sp_lightning.protocols.proposer_solver.ProposerSolver); by default
+                sp_lightning.sources.GameMix of ``games`` with seats from ``opponents``.
         """
         super().__init__()
-        if not games:
-            raise ValueError("data.games: expected at least one game, got none")
+        games = list(games or [])
+        if not games and episodes is None:
+            raise ValueError("data.games: expected at least one game (or an episode source in data.episodes), got none")
         if episodes_per_batch < 1:
             raise ValueError(f"data.episodes_per_batch: expected >= 1, got {episodes_per_batch}")
         self.games = games
@@ -143,13 +149,11 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.opponents: OpponentSampler = opponents if opponents is not None else FixedMix()
         self.rollout_factory: RolloutFactory = rollout if rollout is not None else HFRolloutWorker
         self.retry = retry or RetrySettings()
+        self.source: EpisodeSource = episodes if episodes is not None else GameMix(self.games, self.opponents)
         self.batches_played = 0
         self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
         self.arena: Arena | None = None
         self.worker: RolloutWorker | None = None
-
-    def pick_game(self, rng: random.Random) -> GameSettings:
-        return rng.choices(self.games, weights=[g.weight for g in self.games])[0]
 
     def setup(self, stage: str) -> None:
         from envs import make_bots
@@ -159,7 +163,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         module = self.trainer.lightning_module
         check_moves_fit(self.games, module.tokenizer, self.sampling.max_new_tokens)
         self.worker = self.rollout_factory(module.model, module.tokenizer)
-        self.arena = Arena(self.worker, self.sampling, bots=make_bots(self.seed), retry=self.retry)
+        bots = {**make_bots(self.seed), **self.source.bots(self.seed)}
+        self.arena = Arena(self.worker, self.sampling, bots=bots, retry=self.retry)
         self._restore_bot_rngs()
         module.attach_rollout_worker(self.worker)
 
@@ -181,6 +186,8 @@ class SelfPlayDataModule(L.LightningDataModule):
 
     def state_dict(self) -> dict:
         state = {"batches_played": self.batches_played, "opponents": self.opponents.state_dict()}
+        if not isinstance(self.source, GameMix):
+            state["source"] = self.source.state_dict()
         if hasattr(self.credit, "state_dict"):
             state["credit"] = self.credit.state_dict()
         if self.arena is not None:  # the bots' own random streams (RandomBot's moves...)
@@ -194,6 +201,8 @@ class SelfPlayDataModule(L.LightningDataModule):
             self.credit.load_state_dict(state["credit"])
         if "opponents" in state:
             self.opponents.load_state_dict(state["opponents"])
+        if "source" in state:
+            self.source.load_state_dict(state["source"])
         self._bot_rngs = state.get("bot_rngs", {})
         self._restore_bot_rngs()
 

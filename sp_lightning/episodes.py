@@ -28,7 +28,13 @@ class EpisodeContext(Protocol):
 
     async def generate(self, request: ModelRequest) -> Completion: ...
 
-    async def run(self, episode: Episode, seed: int) -> Rollout: ...
+    async def run(self, episode: Episode, seed: int, trainable: bool = True) -> Rollout:
+        """A sub-episode, scored by its own rubric; ``trainable=False`` keeps its steps from training."""
+        ...
+
+    async def run_many(self, episodes: list[Episode], seeds: list[int], trainable: bool = True) -> list[Rollout]:
+        """Sub-episodes played concurrently, their model calls batched with everything pending."""
+        ...
 
 
 class Episode(ABC):
@@ -46,8 +52,10 @@ class Episode(ABC):
         """One model call; override to post-process (e.g. retries or parsing)."""
         return await ctx.generate(request)
 
-    def get_extras(self, rollout: Rollout) -> dict[str, float]:
-        """Metrics of this rollout for logging (averaged per episode name)."""
+    def get_extras(self, rollout: Rollout) -> dict[str, Any]:
+        """What the rubric may read of this episode besides the rollout (a reference answer, a
+        child episode's pass rate): the one bridge from episode state to the rubric. Its numbers
+        are also logged (averaged per episode name)."""
         return dict(rollout.metrics)
 
 
@@ -133,6 +141,41 @@ class GameEpisode(Episode):
         for reason in CUT_OFF_REASONS:
             rollout.metrics[reason] = float(cut_off == reason)
         return rollout
+
+
+@dataclass
+class SingleTurnEpisode(Episode):
+    """One prompt, one completion: a question answered, a proposal written.
+
+    ``extras`` is handed to the rubric as is (the reference answer of the question, say); the
+    completion's text is added to it as ``"completion"``. A refused prompt (longer than the
+    model's context) gives a rollout with the refused completion's empty tokens: it never trains.
+    """
+
+    name: str
+    messages: list[dict[str, str]]
+    rubric: Rubric
+    role: str = "assistant"
+    policy: PolicyRef = field(default_factory=lambda: PolicyRef("learner"))
+    extras: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+
+    @property
+    def roles(self) -> list[Role]:  # type: ignore[override]
+        return [Role(self.role, self.system_prompt)]
+
+    async def rollout(self, ctx: EpisodeContext) -> Rollout:
+        messages = list(self.messages)
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        completion = await self.generate(ctx, ModelRequest(self.role, messages, self.policy))
+        return Rollout(episode=self.name, steps=[Step(self.role, completion)], seats={self.role: self.policy})
+
+    def get_extras(self, rollout: Rollout) -> dict[str, Any]:
+        extras = {**self.extras, **rollout.metrics}
+        if rollout.steps:
+            extras["completion"] = rollout.steps[-1].completion.text
+        return extras
 
 
 CUT_OFF_REASONS = ("cut_off_turns", "cut_off_prompt")

@@ -225,6 +225,8 @@ class SelfPlayModule(L.LightningModule):
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
         self.last_rollouts: list = []
         """The games of the last training step, for callbacks (sp_lightning.tensorboard)."""
+        self.last_batch = None
+        """The last training step's Batch (records, rollouts, metrics), for callbacks."""
         self.nonfinite_steps = 0
         self._resumed_rng_states: dict | None = None  # from on_load_checkpoint, for on_train_start
 
@@ -276,6 +278,7 @@ class SelfPlayModule(L.LightningModule):
         batch, _, _ = next(dataloader_iter)
         opt = self.optimizers()
         records = batch.records
+        self.last_batch = batch
         self.last_rollouts = batch.rollouts
         start = time.perf_counter()
         if not records:  # every move came from bots or was empty: nothing to learn this step

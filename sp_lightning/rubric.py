@@ -1,16 +1,33 @@
 """Rewards: weighted reward functions that turn a finished episode into rewards per role.
 
 Two kinds of reward function, one mechanism:
-- an *outcome* function maps a Rollout to ``{role: reward}`` (e.g. the game's payoff, win/loss);
+- an *outcome* function maps a Rollout to ``{role: reward}`` (e.g. the game's payoff, win/loss,
+  a judge's verdict);
 - a *step* function maps one Step to a float (e.g. a penalty on that invalid move only).
 The rubric sums each kind with its weight into ``rollout.rewards`` and ``step.reward``; the
 credit assigner then reads both (see ``credit.step_return``).
+
+Outcome functions may be sync or async (``async def``, or any callable returning an awaitable),
+and may ask for more than the rollout by naming a parameter:
+
+- ``extras``: the episode's ``get_extras(rollout)``, the one bridge from an episode's own state
+  (the reference answer of a question, a child episode's pass rate) to its rubric;
+- ``ctx``: the running episode's context, so that the function can call a model
+  (``await ctx.generate(request)``), as a judge does (see ``sp_lightning.judges``).
+
+The arena scores each rollout inside its episode's task, as soon as the episode ends
+(``await rubric.ascore(...)``): a judge's model calls then join the same batched generate calls
+as every other episode's, and a parent episode reads its children's rewards as soon as
+``ctx.run`` / ``ctx.run_many`` returns. The async functions of one rollout run concurrently.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sp_lightning.prompts import format_reward
 from sp_lightning.types import Rollout, Step
@@ -34,20 +51,74 @@ def invalid_move(step: Step) -> float:
     return -1.0 if step.info.get("invalid_move") else 0.0
 
 
+OPTIONAL_ARGUMENTS = ("extras", "ctx")
+
+
+def _optional_arguments(fn: Callable) -> tuple[str, ...]:
+    """Which of ``extras`` / ``ctx`` an outcome function names among its parameters."""
+    try:
+        parameters = inspect.signature(fn).parameters  # functions, methods, partials, callable objects
+    except (TypeError, ValueError):  # builtins without a signature take the rollout only
+        return ()
+    return tuple(name for name in OPTIONAL_ARGUMENTS if name in parameters)
+
+
 @dataclass
 class Rubric:
+    """Weighted outcome functions (rollout -> {role: reward}, sync or async) and weighted step
+    functions (step -> float). See the module docstring for what a function may ask for."""
+
     outcome: list[tuple[OutcomeFn, float]] = field(default_factory=lambda: [(game_payoff, 1.0)])
     step: list[tuple[StepFn, float]] = field(default_factory=list)
 
-    def score(self, rollout: Rollout) -> None:
-        """Fill ``rollout.rewards`` and every ``step.reward`` in place."""
+    def _call(self, fn: Callable, rollout: Rollout, ctx: Any, extras: dict[str, Any]):
+        available = {"extras": extras, "ctx": ctx}
+        wanted = _optional_arguments(fn)
+        if "ctx" in wanted and ctx is None:
+            raise ValueError(
+                f"rubric function {getattr(fn, '__name__', type(fn).__name__)} needs a running episode's ctx "
+                f"(it calls a model): score the rollout through the arena (Rubric.ascore), not Rubric.score"
+            )
+        return fn(rollout, **{name: available[name] for name in wanted})
+
+    def _fill(self, rollout: Rollout, values: list[dict[str, float]]) -> None:
         totals = {role: 0.0 for role in rollout.seats}
-        for fn, weight in self.outcome:
-            for role, value in fn(rollout).items():
-                totals[role] = totals.get(role, 0.0) + weight * value
+        for (fn, weight), result in zip(self.outcome, values):
+            if not isinstance(result, dict):
+                raise TypeError(f"rubric function {getattr(fn, '__name__', fn)!r} returned "
+                                f"{type(result).__name__}; expected a dict role -> reward")
+            for role, value in result.items():
+                totals[role] = totals.get(role, 0.0) + weight * float(value)
         rollout.rewards = totals
         for step in rollout.steps:
             step.reward = sum(weight * fn(step) for fn, weight in self.step)
+
+    async def ascore(self, rollout: Rollout, ctx: Any = None, extras: dict[str, Any] | None = None) -> None:
+        """Fill ``rollout.rewards`` and every ``step.reward`` in place; the async functions run
+        concurrently (their model calls join one batch)."""
+        extras = dict(extras or {})
+        results = [self._call(fn, rollout, ctx, extras) for fn, _ in self.outcome]
+        awaited = [i for i, result in enumerate(results) if inspect.isawaitable(result)]
+        if awaited:
+            values = await asyncio.gather(*(results[i] for i in awaited))
+            for i, value in zip(awaited, values):
+                results[i] = value
+        self._fill(rollout, results)
+
+    def score(self, rollout: Rollout, extras: dict[str, Any] | None = None) -> None:
+        """Fill ``rollout.rewards`` and every ``step.reward`` in place, for rubrics whose
+        functions are all sync (outside a running arena); an async function is a clear error."""
+        extras = dict(extras or {})
+        results = [self._call(fn, rollout, None, extras) for fn, _ in self.outcome]
+        for (fn, _), result in zip(self.outcome, results):
+            if inspect.isawaitable(result):
+                if hasattr(result, "close"):
+                    result.close()  # never awaited: close it rather than leave a warning behind
+                raise ValueError(
+                    f"rubric function {getattr(fn, '__name__', type(fn).__name__)} is async: score the "
+                    f"rollout through the arena or with 'await rubric.ascore(...)'"
+                )
+        self._fill(rollout, results)
 
 
 @dataclass

@@ -81,11 +81,16 @@ class Step:
     reward: float = 0.0  # immediate reward from the rubric's step functions (e.g. invalid move)
     info: dict[str, Any] = field(default_factory=dict)
     advantage: float | None = None
+    in_trainable_episode: bool = True
+    """False for a step of a sub-episode requested as not trainable (``ctx.run(...,
+    trainable=False)``): it informs its parent's reward and never trains."""
 
     @property
     def trainable(self) -> bool:
-        """Only steps played by the learning policy with real tokens become training records."""
-        return self.completion.policy.kind == "learner" and bool(self.completion.completion_ids)
+        """Only steps played by the learning policy with real tokens, in an episode that trains,
+        become training records."""
+        return (self.in_trainable_episode and self.completion.policy.kind == "learner"
+                and bool(self.completion.completion_ids))
 
 
 @dataclass
@@ -105,6 +110,11 @@ class Rollout:
     group: str | None = None
     level: int = 0
     children: list[Rollout] = field(default_factory=list)
+    trainable: bool = True
+    """False when a parent requested this sub-episode as not trainable (see ``Step``)."""
+    judgements: list[dict[str, Any]] = field(default_factory=list)
+    """Verdicts of the judges that scored this rollout (see ``sp_lightning.judges``): judge,
+    policy, text, rewards. A judge is not a role: its completions are never steps."""
 
     def steps_of(self, role: str) -> list[Step]:
         return [s for s in self.steps if s.role == role]
@@ -128,3 +138,8 @@ class TrainingRecord:
     action_mask: list[int]  # 1 where a completion token is trained on
     policy_version: int = 0
     legal_actions: list[str] | None = None  # the moves the game allowed here (for the entropy term)
+
+
+GenerateResult = Rollout
+"""The engine specification's name for a finished episode's result tree (a Rollout and its
+``children``)."""

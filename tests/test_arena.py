@@ -77,18 +77,20 @@ class _Parent(Episode):
     roles = []
     rubric = Rubric()
 
-    def __init__(self, game):
+    def __init__(self, game, children_train=True):
         self.game = game
+        self.children_train = children_train
 
     async def rollout(self, ctx):
         completion = await ctx.generate(ModelRequest("proposer", [{"role": "user", "content": "go"}], LEARNER, ["[x]"]))
         children = await ctx.run_many(
-            [self.game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(2)], [1, 2]
+            [self.game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(2)], [1, 2],
+            trainable=self.children_train,
         )
-        for child in children:
-            child.rewards = {"player_0": child.outcome["player_0"], "player_1": child.outcome["player_1"]}
+        # the children come back scored by their own rubric (the game's payoff)
+        mean_x = sum(child.rewards["player_0"] for child in children) / len(children)
         return Rollout(episode="parent", steps=[Step("proposer", completion)],
-                       seats={"proposer": LEARNER}, outcome={"proposer": 1.0}, children=children)
+                       seats={"proposer": LEARNER}, outcome={"proposer": mean_x}, children=children)
 
 
 def test_nested_episodes_share_batches_and_become_records():
@@ -99,9 +101,44 @@ def test_nested_episodes_share_batches_and_become_records():
     # 2 proposer calls together, then 4 child games x 7 moves, coalesced into 7 calls of 4
     assert [len(c) for c in worker.calls] == [2] + [4] * 7
     assert all(child.level == 1 for r in rollouts for child in r.children)
+    assert all(r.rewards == {"proposer": 1.0} for r in rollouts)  # X wins both first-legal games
     Constant().assign(rollouts)
     records = to_records(rollouts)
     assert len(records) == 2 * (1 + 2 * 7)
+
+
+def test_children_requested_not_trainable_inform_the_parent_and_never_train():
+    game = GameSettings(id="tictactoe_v1")
+    worker = ScriptedWorker()
+    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    rollouts = arena.play([_Parent(game, children_train=False)], seeds=[0])
+    assert [len(c) for c in worker.calls] == [1] + [2] * 7  # the children still batch
+    assert rollouts[0].rewards == {"proposer": 1.0}  # and still inform the parent's reward
+    assert all(not child.trainable for child in rollouts[0].children)
+    Constant().assign(rollouts)
+    assert len(to_records(rollouts)) == 1  # the proposer's step only
+    assert all(step.advantage is None for child in rollouts[0].children for step in child.steps)
+
+
+class _Chain(Episode):
+    """An episode that plays one sub-episode of its own kind until ``depth`` is 0."""
+
+    name = "chain"
+    roles = []
+    rubric = Rubric(outcome=[(lambda rollout: {"r": 0.0}, 1.0)])
+
+    def __init__(self, depth):
+        self.depth = depth
+
+    async def rollout(self, ctx):
+        children = [await ctx.run(_Chain(self.depth - 1), seed=0)] if self.depth else []
+        return Rollout(episode="chain", seats={"r": LEARNER}, children=children)
+
+
+def test_level_is_the_depth_in_the_hierarchy():
+    arena = Arena(ScriptedWorker(), SamplingSettings())
+    (top,) = arena.play([_Chain(3)], seeds=[0])
+    assert [node.level for node in top.walk()] == [0, 1, 2, 3]
 
 
 def test_unknown_bot_is_a_clear_error():

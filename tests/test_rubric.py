@@ -28,3 +28,44 @@ def test_reward_settings_build_and_reject_unknown_outcome():
     assert rollout.steps[1].reward == -0.5
     with pytest.raises(ValueError, match="reward.outcome"):
         RewardSettings(outcome="elo").build()
+
+
+def _two_seat_rollout():
+    return Rollout("debate", seats={"pro": LEARNER, "con": LEARNER}, outcome={"pro": 1.0, "con": -1.0})
+
+
+def test_sync_and_async_functions_give_the_weighted_sum():
+    """0.5 * payoff (sync) + 2 * a bonus read from extras (async) + 1 * a constant (async
+    callable object): pro = 0.5 + 2*0.25 + 1 = 2.0, con = -0.5 + 2*0 + 1 = 0.5."""
+    import asyncio
+
+    async def bonus(rollout, extras):
+        await asyncio.sleep(0)
+        return {"pro": extras["bonus"]}
+
+    class Constant:
+        async def __call__(self, rollout):
+            return {"pro": 1.0, "con": 1.0}
+
+    rollout = _two_seat_rollout()
+    rubric = Rubric(outcome=[(game_payoff, 0.5), (bonus, 2.0), (Constant(), 1.0)])
+    asyncio.run(rubric.ascore(rollout, extras={"bonus": 0.25}))
+    assert rollout.rewards == {"pro": 2.0, "con": 0.5}
+
+
+def test_sync_score_refuses_async_functions_and_functions_that_need_a_model():
+    async def judged(rollout):
+        return {"pro": 1.0}
+
+    def needs_model(rollout, ctx):
+        return {"pro": 1.0}
+
+    with pytest.raises(ValueError, match="judged is async"):
+        Rubric(outcome=[(judged, 1.0)]).score(_two_seat_rollout())
+    with pytest.raises(ValueError, match="needs_model needs a running episode's ctx"):
+        Rubric(outcome=[(needs_model, 1.0)]).score(_two_seat_rollout())
+
+
+def test_a_function_returning_no_dict_is_a_clear_error():
+    with pytest.raises(TypeError, match="expected a dict role -> reward"):
+        Rubric(outcome=[(lambda rollout: 1.0, 1.0)]).score(_two_seat_rollout())

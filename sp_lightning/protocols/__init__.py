@@ -1,0 +1,1 @@
+"""Rollout protocols beyond two-player games, each an episode source for ``data.episodes``."""

@@ -1,0 +1,157 @@
+"""Proposer / solver: a proposer writes a question, solver sub-episodes answer it, and the
+proposer is rewarded for questions that are neither too easy nor too hard.
+
+The proposer's reward is ``1 - 2 * |pass_rate - target|`` (target 0.5 by default): +1 when half
+the solvers pass, -1 when all pass or all fail; a question it fails to write scores -1. Each
+solver is rewarded 1 for a correct answer, 0 otherwise. The solvers of one question form their
+own GRPO group (``rollout.group``), so a solver's advantage is relative to its siblings only,
+and the proposers of a batch compete with each other (the top level).
+
+The question here is a sum: the proposer answers a move token ``[d]`` and the question adds
+``d + 1`` one-digit numbers drawn from the episode's seed. The default solver is a scripted one,
+:class:`SumSolverBot`, that slips on each addition with a fixed probability, so longer sums
+are harder and the proposer can learn which length a solver passes half the time. With
+``solver: learner`` the learning policy also solves (its solver steps train too); with
+``solver_trains: false`` solver steps only inform the proposer's reward (not trainable
+sub-episodes).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sp_lightning.episodes import Episode, EpisodeContext, SingleTurnEpisode
+from sp_lightning.rubric import Rubric
+from sp_lightning.sources import EpisodeRequest, EpisodeSource
+from sp_lightning.types import LEARNER, ModelRequest, PolicyRef, Role, Rollout, Step
+
+PROPOSER, SOLVER = "proposer", "solver"
+_MOVE = re.compile(r"\[(\d)\]")
+_INTEGER = re.compile(r"-?\d+")
+
+
+class SumSolverBot:
+    """A scripted solver of "What is a + b + ...?": adds the numbers left to right and slips
+    (counts one too many) on each addition with probability ``1 - accuracy``; slips add up and
+    never cancel, so it passes a sum of ``k`` numbers with probability ``accuracy ** (k - 1)``. Registered for the run as ``bot:sum_solver``."""
+
+    def __init__(self, accuracy: float = 0.85, seed: int | None = None):
+        if not 0.0 < accuracy <= 1.0:
+            raise ValueError(f"solver_accuracy: expected in (0, 1], got {accuracy}")
+        self.accuracy = accuracy
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: str, legal_actions: list[str]) -> str:
+        numbers = [int(n) for n in _INTEGER.findall(observation.split("?")[0])]
+        if not numbers:
+            return "I cannot read a sum here."
+        total = numbers[0]
+        for n in numbers[1:]:
+            total += n + (0 if self.rng.random() < self.accuracy else 1)  # a slip: one too many, never undone
+        return str(total)
+
+    __call__ = act
+
+
+def answered_correctly(rollout: Rollout, extras: dict) -> dict[str, float]:
+    """The solver's reward: 1 if the last integer of its answer is the sum, else 0."""
+    numbers = _INTEGER.findall(extras.get("completion", ""))
+    return {SOLVER: float(bool(numbers) and int(numbers[-1]) == extras["answer"])}
+
+
+@dataclass
+class ProposerEpisode(Episode):
+    """One proposal and the solver sub-episodes that answer it (see the module docstring)."""
+
+    solvers: int
+    target: float
+    solver_policy: PolicyRef
+    solver_trains: bool
+    max_terms: int = 9
+    name: str = "proposer_solver"
+    instruction: str = ("Propose a sum for the solvers: answer [d] to make them add d + 1 one-digit "
+                        "numbers. You score most when half of them get it right.")
+    rubric: Rubric = field(init=False)
+
+    def __post_init__(self):
+        self.rubric = Rubric(outcome=[(self.proposer_reward, 1.0)])
+        self.solver_rubric = Rubric(outcome=[(answered_correctly, 1.0)])
+
+    @property
+    def roles(self) -> list[Role]:  # type: ignore[override]
+        return [Role(PROPOSER), Role(SOLVER, trainable=self.solver_trains)]
+
+    def proposer_reward(self, rollout: Rollout, extras: dict) -> dict[str, float]:
+        if extras.get("invalid_question"):
+            return {PROPOSER: -1.0}
+        return {PROPOSER: 1.0 - 2.0 * abs(extras["pass_rate"] - self.target)}
+
+    def question(self, completion_text: str, seed: int) -> tuple[str, int] | None:
+        """The sum the proposal asks for (text, answer), or None when it names no length."""
+        moves = [int(d) for d in _MOVE.findall(completion_text) if int(d) < self.max_terms]
+        if not moves:
+            return None
+        rng = random.Random(seed)
+        numbers = [rng.randint(1, 9) for _ in range(moves[-1] + 1)]
+        return f"What is {' + '.join(map(str, numbers))}? Answer with the number.", sum(numbers)
+
+    async def rollout(self, ctx: EpisodeContext) -> Rollout:
+        completion = await self.generate(ctx, ModelRequest(PROPOSER, [{"role": "user", "content": self.instruction}],
+                                                           LEARNER))
+        rollout = Rollout(episode=self.name, steps=[Step(PROPOSER, completion)], seats={PROPOSER: LEARNER})
+        asked = self.question(completion.text, ctx.seed)
+        rollout.metrics["invalid_question"] = float(asked is None)
+        if asked is None:
+            return rollout
+        text, answer = asked
+        rollout.metrics["terms"] = float(text.count("+") + 1)
+        solver_episodes = [
+            SingleTurnEpisode(name="solver", messages=[{"role": "user", "content": text}], rubric=self.solver_rubric,
+                              role=SOLVER, policy=self.solver_policy, extras={"answer": answer})
+            for _ in range(self.solvers)
+        ]
+        seeds = [ctx.seed * 1000 + i for i in range(self.solvers)]
+        children = await ctx.run_many(solver_episodes, seeds, trainable=self.solver_trains)
+        for child in children:  # the solvers of one question compete only with each other
+            child.group = f"question/{ctx.seed}"
+        rollout.children = children
+        rollout.metrics["pass_rate"] = sum(c.rewards[SOLVER] for c in children) / len(children)
+        return rollout
+
+
+class ProposerSolver(EpisodeSource):
+    """Every episode of a batch is one proposal answered by ``solvers`` solver sub-episodes.
+
+    Args:
+        solvers: Solver sub-episodes per question (the pass rate's denominator).
+        target: The pass rate the proposer is rewarded for hitting.
+        solver: Who solves: ``bot:sum_solver`` (scripted, the default) or ``learner``.
+        solver_trains: Whether the solvers' steps train (only meaningful for ``learner``).
+        solver_accuracy: The scripted solver's chance of getting each addition right.
+    """
+
+    def __init__(self, solvers: int = 4, target: float = 0.5, solver: str = "bot:sum_solver",
+                 solver_trains: bool = True, solver_accuracy: float = 0.85):
+        from sp_lightning.games import parse_policy
+
+        if solvers < 1:
+            raise ValueError(f"data.episodes.solvers: expected >= 1, got {solvers}")
+        if not 0.0 <= target <= 1.0:
+            raise ValueError(f"data.episodes.target: expected in [0, 1], got {target}")
+        self.solvers = solvers
+        self.target = target
+        self.solver_policy = parse_policy(solver)
+        self.solver_trains = solver_trains
+        self.solver_accuracy = solver_accuracy
+        SumSolverBot(solver_accuracy)  # refuse a bad accuracy now, not at setup
+
+    def bots(self, seed: int) -> dict:
+        return {"sum_solver": SumSolverBot(self.solver_accuracy, seed=seed)}
+
+    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
+        return [EpisodeRequest(ProposerEpisode(self.solvers, self.target, self.solver_policy, self.solver_trains),
+                               rng.randrange(2**31)) for _ in range(size)]

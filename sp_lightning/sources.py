@@ -1,0 +1,69 @@
+"""Episode sources: what each training batch plays (the engine specification's ``get_batch``).
+
+The DataModule asks its source for ``episodes_per_batch`` episode requests per step, plays them
+in one arena run, and shows the source the finished rollouts (``observe``). Curricula, artifact
+stores and custom protocols (debate, proposer/solver) are sources chosen by class in the config
+(``data.episodes: {class_path: ...}``); the default, :class:`GameMix`, plays the config's games
+with seats from the opponent sampler (``data.opponents``: the fixed mix or the league).
+
+A source draws everything random from the ``rng`` it is handed: one stream per batch, seeded by
+the run's seed, the rank and the batch's index, so a resumed run plays the games the unbroken run
+played. Its own statistics (a curriculum's success rates) go through ``state_dict``, which the
+DataModule checkpoints.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from sp_lightning.episodes import Episode
+
+
+@dataclass
+class EpisodeRequest:
+    """One episode to play and the seed it is played with."""
+
+    episode: Episode
+    seed: int
+
+
+class EpisodeSource:
+    """What each training batch plays; subclass it and name it in ``data.episodes``."""
+
+    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
+        """``size`` episode requests for one batch, drawn from ``rng``."""
+        raise NotImplementedError
+
+    def observe(self, rollouts: list) -> None:
+        """The batch's finished rollouts (scored, with advantages): for curricula and ratings."""
+
+    def bots(self, seed: int) -> dict[str, Any]:
+        """Scripted players this source's episodes seat (``bot:<name>``), beside the built-in ones."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+class GameMix(EpisodeSource):
+    """The config's games by weight, each seat filled by the opponent sampler (the default)."""
+
+    def __init__(self, games: list, opponents):
+        self.games = games
+        self.opponents = opponents
+
+    def pick_game(self, rng: random.Random):
+        return rng.choices(self.games, weights=[g.weight for g in self.games])[0]
+
+    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
+        games = [self.pick_game(rng) for _ in range(size)]
+        episodes = [game.episode(self.opponents.seats(game, rng)) for game in games]
+        return [EpisodeRequest(episode, rng.randrange(2**31)) for episode in episodes]
+
+    def observe(self, rollouts: list) -> None:
+        self.opponents.observe(rollouts)

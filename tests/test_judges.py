@@ -1,0 +1,79 @@
+"""Judges: model calls that score a rollout, batched with everything else, never trained on."""
+
+import pytest
+
+from sp_lightning.arena import Arena, to_records
+from sp_lightning.credit import Constant
+from sp_lightning.episodes import SingleTurnEpisode
+from sp_lightning.judges import JUDGE, Judge
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rubric import Rubric
+from sp_lightning.types import Completion
+
+
+class ScriptedJudgeWorker(RolloutWorker):
+    """Test double: an answerer says "four", a judge says "yes"; every generate call is kept so
+    that the tests can count how requests were batched."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, requests, sampling):
+        self.calls.append(list(requests))
+        return [Completion(text="yes" if r.role == JUDGE else "four", prompt_ids=[1, 2], completion_ids=[3],
+                           logprobs=[-0.1], policy=r.policy) for r in requests]
+
+
+def _grader(policy="base"):
+    return Judge(
+        prompt=lambda rollout, extras: [{"role": "user", "content": f"Is {extras['completion']!r} "
+                                         f"the answer to {extras['question']!r}? yes or no"}],
+        verdict=lambda text, rollout: {"assistant": 1.0 if text.strip().lower().startswith("yes") else 0.0},
+        policy=policy,
+    )
+
+
+def _question(rubric, n):
+    return SingleTurnEpisode(name="qa", messages=[{"role": "user", "content": f"{n} + 2?"}], rubric=rubric,
+                             extras={"question": f"{n} + 2"})
+
+
+@pytest.mark.parametrize("policy", ["base", "learner"])
+def test_judge_calls_batch_together_and_never_become_records(policy):
+    """8 questions: one generate call for the 8 answers, one for the 8 verdicts; 8 records, all
+    of them answers, even when the learner itself judges."""
+    worker = ScriptedJudgeWorker()
+    arena = Arena(worker, SamplingSettings())
+    rubric = Rubric(outcome=[(_grader(policy), 1.0)])
+    rollouts = arena.play([_question(rubric, n) for n in range(8)], seeds=list(range(8)))
+    assert [len(call) for call in worker.calls] == [8, 8]
+    assert {r.role for r in worker.calls[1]} == {JUDGE}
+    assert {str(r.policy) for r in worker.calls[1]} == {policy}
+    assert all(r.rewards == {"assistant": 1.0} for r in rollouts)
+    assert all(r.judgements[0]["text"] == "yes" for r in rollouts)
+    Constant().assign(rollouts)
+    records = to_records(rollouts)
+    assert len(records) == 8
+    assert all(step.role == "assistant" for r in rollouts for step in r.steps)
+
+
+def test_a_bot_cannot_judge():
+    with pytest.raises(ValueError, match="scripted judge is a plain rubric function"):
+        _grader(policy="bot:random")
+
+
+def test_judge_on_the_tiny_model_joins_one_generate_call(tiny_policy):
+    """The real Hugging Face backend: 6 answers, then 6 verdicts of the base model, in 2
+    generate calls; an unreadable verdict (the untrained model's) scores 0, and no judge text
+    trains."""
+    from sp_lightning.rollout.hf import HFRolloutWorker
+
+    model, tokenizer = tiny_policy
+    arena = Arena(HFRolloutWorker(model, tokenizer), SamplingSettings(max_new_tokens=4))
+    rubric = Rubric(outcome=[(_grader("base"), 1.0)])
+    rollouts = arena.play([_question(rubric, n) for n in range(6)], seeds=list(range(6)))
+    assert arena.last_generate_calls == 2
+    assert all(r.judgements and r.judgements[0]["policy"] == "base" for r in rollouts)
+    assert all(r.rewards["assistant"] in (0.0, 1.0) for r in rollouts)
+    Constant().assign(rollouts)
+    assert len(to_records(rollouts)) == 6

@@ -1,0 +1,141 @@
+"""Proposer / solver: nested solver episodes, their grouping, and a proposer that learns."""
+
+import os
+
+import lightning as L
+import pytest
+
+from sp_lightning.arena import Arena, to_records
+from sp_lightning.credit import GRPO
+from sp_lightning.protocols.proposer_solver import PROPOSER, SOLVER, ProposerSolver, SumSolverBot
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.types import Completion
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "proposer_solver_tiny.yaml")
+
+
+class ScriptedProposalsWorker(RolloutWorker):
+    """Test double: proposers answer the scripted proposals in turn; a solver answers the
+    right sum when its question is the 2-number one, else 0."""
+
+    def __init__(self, proposals):
+        self.proposals = list(proposals)
+        self.calls = []
+
+    def generate(self, requests, sampling):
+        self.calls.append(list(requests))
+        out = []
+        for r in requests:
+            if r.role == PROPOSER:
+                text = self.proposals.pop(0)
+            else:
+                numbers = [int(n) for n in r.messages[-1]["content"].split("?")[0].split() if n.isdigit()]
+                text = str(sum(numbers)) if len(numbers) == 2 else "0"
+            out.append(Completion(text=text, prompt_ids=[1], completion_ids=[2], logprobs=[-1.0], policy=r.policy))
+        return out
+
+
+def _play(source, proposals, seeds):
+    worker = ScriptedProposalsWorker(proposals)
+    arena = Arena(worker, SamplingSettings(), bots=source.bots(0))
+    requests = source.get_batch(__import__("random").Random(0), len(proposals))
+    rollouts = arena.play([r.episode for r in requests], seeds)
+    return worker, rollouts
+
+
+def test_proposer_advantages_are_against_the_batch_and_solver_advantages_against_siblings():
+    """Target pass rate 1.0. Proposals [1] (a 2-number sum: every scripted answer is right,
+    reward 1), [2] (3 numbers: every answer wrong, pass rate 0, reward -1), no move (-1) and [1]
+    (1): GRPO over the 4 proposers has mean 0 and std 1, so the advantages are 1, -1, -1, 1. The
+    solvers of one question got equal rewards, so each sibling group's advantages are 0, whatever
+    the other questions' solvers got."""
+    source = ProposerSolver(solvers=3, target=1.0, solver="learner")
+    worker, rollouts = _play(source, ["[1]", "[2]", "nothing", "[1]"], seeds=[1, 2, 3, 4])
+    assert [len(c) for c in worker.calls] == [4, 9]  # the 9 solver calls of 3 questions batch together
+    assert [r.rewards[PROPOSER] for r in rollouts] == [1.0, -1.0, -1.0, 1.0]
+    credit = GRPO()
+    credit.assign(rollouts)
+    records = to_records(rollouts)
+    assert len(records) == 4 + 9  # 4 proposals, 3 answered questions x 3 solvers
+    assert [r.steps[0].advantage for r in rollouts] == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
+    groups = {child.group for r in rollouts for child in r.children}
+    assert len(groups) == 3
+    for r in rollouts:
+        assert all(child.steps[0].advantage == 0.0 for child in r.children)
+        assert all(child.steps[0].role == SOLVER for child in r.children)
+
+
+def test_solver_advantages_use_only_their_siblings_rewards():
+    """One question whose solvers disagree: a scripted solver that slips gives rewards 1, 0, 1
+    for one question; its sibling advantages are (r - 2/3) / std, independent of the 2-number
+    question whose solvers all pass."""
+    import numpy as np
+
+    source = ProposerSolver(solvers=3, target=0.5, solver="learner")
+    worker, rollouts = _play(source, ["[1]", "[2]"], seeds=[5, 6])
+    question = rollouts[1]
+    for child, reward in zip(question.children, [1.0, 0.0, 1.0]):  # as if a grader had said so
+        child.rewards = {SOLVER: reward}
+    GRPO().assign(rollouts)
+    rewards = np.array([1.0, 0.0, 1.0])
+    expected = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
+    assert [c.steps[0].advantage for c in question.children] == pytest.approx(expected.tolist())
+    assert all(c.steps[0].advantage == 0.0 for c in rollouts[0].children)
+
+
+def test_scripted_solver_passes_longer_sums_less_often():
+    bot = SumSolverBot(accuracy=0.8, seed=0)
+    def pass_rate(k):
+        question = "What is " + " + ".join(["3"] * k) + "? Answer with the number."
+        return sum(bot.act(question, []) == str(3 * k) for _ in range(4000)) / 4000
+    assert pass_rate(1) == 1.0
+    assert pass_rate(3) == pytest.approx(0.8 ** 2, abs=0.03)
+    assert pass_rate(6) == pytest.approx(0.8 ** 5, abs=0.03)
+    with pytest.raises(ValueError, match="solver_accuracy"):
+        ProposerSolver(solver_accuracy=0.0)
+
+
+class _KeepBatches(L.Callback):
+    def __init__(self):
+        self.batches = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.batches.append(pl_module.last_batch)
+
+
+def _fit(tmp_path, steps, *overrides):
+    from sp_lightning.cli import build_from_config, make_trainer
+
+    module, dm = build_from_config("--config", CONFIG, "--data.episodes_per_batch", "8", *overrides)
+    keep = _KeepBatches()
+    trainer = make_trainer(max_steps=steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path), callbacks=[keep])
+    trainer.fit(module, datamodule=dm)
+    return keep.batches
+
+
+@pytest.mark.parametrize("solver_trains", [True, False])
+def test_fit_batches_hold_exactly_the_expected_records(tmp_path, solver_trains):
+    """Through fit on the tiny model, learner solvers: every proposal is a record; each answered
+    question adds its 4 solvers' records when solvers train, none when they only inform."""
+    # 8-token proposals: the untrained model then names a length in some of them
+    batches = _fit(tmp_path, 2, "--data.episodes.init_args.solver", "learner",
+                   "--data.episodes.init_args.solver_trains", str(solver_trains).lower(),
+                   "--data.episodes_per_batch", "16", "--data.sampling.max_new_tokens", "8")
+    assert len(batches) == 2
+    assert sum(1 for b in batches for r in b.rollouts if r.children) >= 2
+    for batch in batches:
+        answered = [r for r in batch.rollouts if r.children]
+        expected = len(batch.rollouts) + (4 * len(answered) if solver_trains else 0)
+        assert len(batch.records) == expected
+        steps = [s for r in batch.rollouts for node in r.walk() for s in node.steps if s.trainable]
+        assert sorted(rec.advantage for rec in batch.records) == sorted(s.advantage for s in steps)
+
+
+def test_the_proposer_learns_the_length_half_the_solvers_pass(tmp_path):
+    """60 steps of the shipped config (64 proposals each): the untrained proposer names no
+    length (reward about -1); the trained one writes questions at about half pass rate."""
+    batches = _fit(tmp_path, 60, "--data.episodes_per_batch", "64")
+    reward = [b.metrics["proposer_solver/reward/proposer"] for b in batches]
+    assert reward[0] < -0.5
+    assert sum(reward[-10:]) / 10 > 0.2, reward
