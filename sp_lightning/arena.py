@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from sp_lightning.credit import step_return
+from sp_lightning.credit import step_return, trainable_steps
 from sp_lightning.episodes import Episode
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
 from sp_lightning.types import Completion, ModelRequest, Rollout, TrainingRecord
@@ -51,7 +51,6 @@ def _as_child(rollout: Rollout, trainable: bool) -> Rollout:
     for node in rollout.walk():
         node.level += 1
         if not trainable:
-            node.trainable = False
             for step in node.steps:
                 step.in_trainable_episode = False
     return rollout
@@ -207,24 +206,22 @@ def _in_event_loop() -> bool:
 def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
     """Every trainable step (of any nesting level) with an advantage becomes one record."""
     records = []
-    for top in rollouts:
-        for rollout in top.walk():
-            for step in rollout.steps:
-                if not step.trainable or step.advantage is None:
-                    continue
-                c = step.completion
-                records.append(
-                    TrainingRecord(
-                        prompt_ids=c.prompt_ids,
-                        completion_ids=c.completion_ids,
-                        logprobs=c.logprobs,
-                        advantage=float(step.advantage),
-                        reward=step_return(rollout, step),
-                        action_mask=[1] * len(c.completion_ids),
-                        policy_version=c.policy_version,
-                        legal_actions=step.info.get("legal_actions") or None,
-                    )
-                )
+    for rollout, step in trainable_steps(list(rollouts)):
+        if step.advantage is None:
+            continue
+        c = step.completion
+        records.append(
+            TrainingRecord(
+                prompt_ids=c.prompt_ids,
+                completion_ids=c.completion_ids,
+                logprobs=c.logprobs,
+                advantage=float(step.advantage),
+                reward=step_return(rollout, step),
+                action_mask=[1] * len(c.completion_ids),
+                policy_version=c.policy_version,
+                legal_actions=step.info.get("legal_actions") or None,
+            )
+        )
     return records
 
 

@@ -6,9 +6,9 @@ so each batch is generated right before the step that trains on it (on-policy). 
 rank plays its own games (seeded by rank) and yields one batch per step, so ranks stay in step.
 
 What each batch plays is the episode source's decision (``episodes``, chosen by class:
-``sp_lightning.sources.GameMix`` of the config's games by default; debate, proposer/solver or a
-curriculum otherwise). Who sits in which seat of a game is the opponent sampler's decision (``opponents``, chosen by class:
-``sp_lightning.games.FixedMix`` by default, ``sp_lightning.league.LeagueSampler`` for league
+``sp_lightning.sources.GameMix`` of the config's games by default; proposer/solver or a
+curriculum otherwise). Who sits in which seat of a game is the opponent sampler's decision
+(``opponents``, chosen by class: ``sp_lightning.games.FixedMix`` by default, ``sp_lightning.league.LeagueSampler`` for league
 play); which backend serves the model policies is the rollout factory's (``rollout``, chosen by
 class: ``sp_lightning.rollout.HFRolloutWorker`` by default), called with the module's model and
 tokenizer at setup.
@@ -185,9 +185,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         return DataLoader(_EvalJobs(self.games), batch_size=None, collate_fn=_identity)
 
     def state_dict(self) -> dict:
-        state = {"batches_played": self.batches_played, "opponents": self.opponents.state_dict()}
-        if not isinstance(self.source, GameMix):
-            state["source"] = self.source.state_dict()
+        state = {"batches_played": self.batches_played, "opponents": self.opponents.state_dict(),
+                 "source": self.source.state_dict()}
         if hasattr(self.credit, "state_dict"):
             state["credit"] = self.credit.state_dict()
         if self.arena is not None:  # the bots' own random streams (RandomBot's moves...)

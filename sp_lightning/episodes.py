@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from sp_lightning.prompts import ParseResult, PlainTemplate, PromptTemplate
 from sp_lightning.rubric import Rubric
-from sp_lightning.types import Completion, ModelRequest, PolicyRef, Role, Rollout, Step
+from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef, Role, Rollout, Step
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class SingleTurnEpisode(Episode):
     messages: list[dict[str, str]]
     rubric: Rubric
     role: str = "assistant"
-    policy: PolicyRef = field(default_factory=lambda: PolicyRef("learner"))
+    policy: PolicyRef = LEARNER
     extras: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
 

@@ -223,12 +223,15 @@ class SelfPlayModule(L.LightningModule):
         self.rollout_worker = None
         self._move_token_ids: dict[str, int | None] = {}
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
-        self.last_rollouts: list = []
-        """The games of the last training step, for callbacks (sp_lightning.tensorboard)."""
         self.last_batch = None
         """The last training step's Batch (records, rollouts, metrics), for callbacks."""
         self.nonfinite_steps = 0
         self._resumed_rng_states: dict | None = None  # from on_load_checkpoint, for on_train_start
+
+    @property
+    def last_rollouts(self) -> list:
+        """The games of the last training step, for callbacks (sp_lightning.tensorboard)."""
+        return self.last_batch.rollouts if self.last_batch is not None else []
 
     def on_fit_start(self) -> None:
         if str(self.trainer.precision).startswith("16"):
@@ -279,7 +282,6 @@ class SelfPlayModule(L.LightningModule):
         opt = self.optimizers()
         records = batch.records
         self.last_batch = batch
-        self.last_rollouts = batch.rollouts
         start = time.perf_counter()
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)

@@ -63,6 +63,10 @@ def _optional_arguments(fn: Callable) -> tuple[str, ...]:
     return tuple(name for name in OPTIONAL_ARGUMENTS if name in parameters)
 
 
+def _name(fn: Callable) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
 @dataclass
 class Rubric:
     """Weighted outcome functions (rollout -> {role: reward}, sync or async) and weighted step
@@ -71,22 +75,28 @@ class Rubric:
     outcome: list[tuple[OutcomeFn, float]] = field(default_factory=lambda: [(game_payoff, 1.0)])
     step: list[tuple[StepFn, float]] = field(default_factory=list)
 
-    def _call(self, fn: Callable, rollout: Rollout, ctx: Any, extras: dict[str, Any]):
+    def __post_init__(self):
+        self._wanted = [_optional_arguments(fn) for fn, _ in self.outcome]  # once, not per rollout
+
+    def _calls(self, rollout: Rollout, ctx: Any, extras: dict[str, Any]) -> list:
+        """Each outcome function called with what it asks for: its result, or an awaitable."""
         available = {"extras": extras, "ctx": ctx}
-        wanted = _optional_arguments(fn)
-        if "ctx" in wanted and ctx is None:
-            raise ValueError(
-                f"rubric function {getattr(fn, '__name__', type(fn).__name__)} needs a running episode's ctx "
-                f"(it calls a model): score the rollout through the arena (Rubric.ascore), not Rubric.score"
-            )
-        return fn(rollout, **{name: available[name] for name in wanted})
+        results = []
+        for (fn, _), wanted in zip(self.outcome, self._wanted):
+            if "ctx" in wanted and ctx is None:
+                raise ValueError(
+                    f"rubric function {_name(fn)} needs a running episode's ctx (it calls a model): score "
+                    f"the rollout through the arena (Rubric.ascore), not Rubric.score"
+                )
+            results.append(fn(rollout, **{name: available[name] for name in wanted}))
+        return results
 
     def _fill(self, rollout: Rollout, values: list[dict[str, float]]) -> None:
         totals = {role: 0.0 for role in rollout.seats}
         for (fn, weight), result in zip(self.outcome, values):
             if not isinstance(result, dict):
-                raise TypeError(f"rubric function {getattr(fn, '__name__', fn)!r} returned "
-                                f"{type(result).__name__}; expected a dict role -> reward")
+                raise TypeError(f"rubric function {_name(fn)} returned {type(result).__name__}; "
+                                f"expected a dict role -> reward")
             for role, value in result.items():
                 totals[role] = totals.get(role, 0.0) + weight * float(value)
         rollout.rewards = totals
@@ -96,8 +106,7 @@ class Rubric:
     async def ascore(self, rollout: Rollout, ctx: Any = None, extras: dict[str, Any] | None = None) -> None:
         """Fill ``rollout.rewards`` and every ``step.reward`` in place; the async functions run
         concurrently (their model calls join one batch)."""
-        extras = dict(extras or {})
-        results = [self._call(fn, rollout, ctx, extras) for fn, _ in self.outcome]
+        results = self._calls(rollout, ctx, dict(extras or {}))
         awaited = [i for i, result in enumerate(results) if inspect.isawaitable(result)]
         if awaited:
             values = await asyncio.gather(*(results[i] for i in awaited))
@@ -108,16 +117,13 @@ class Rubric:
     def score(self, rollout: Rollout, extras: dict[str, Any] | None = None) -> None:
         """Fill ``rollout.rewards`` and every ``step.reward`` in place, for rubrics whose
         functions are all sync (outside a running arena); an async function is a clear error."""
-        extras = dict(extras or {})
-        results = [self._call(fn, rollout, None, extras) for fn, _ in self.outcome]
+        results = self._calls(rollout, None, dict(extras or {}))
         for (fn, _), result in zip(self.outcome, results):
             if inspect.isawaitable(result):
                 if hasattr(result, "close"):
                     result.close()  # never awaited: close it rather than leave a warning behind
-                raise ValueError(
-                    f"rubric function {getattr(fn, '__name__', type(fn).__name__)} is async: score the "
-                    f"rollout through the arena or with 'await rubric.ascore(...)'"
-                )
+                raise ValueError(f"rubric function {_name(fn)} is async: score the rollout through the "
+                                 f"arena or with 'await rubric.ascore(...)'")
         self._fill(rollout, results)
 
 

@@ -110,11 +110,15 @@ class Rollout:
     group: str | None = None
     level: int = 0
     children: list[Rollout] = field(default_factory=list)
-    trainable: bool = True
-    """False when a parent requested this sub-episode as not trainable (see ``Step``)."""
     judgements: list[dict[str, Any]] = field(default_factory=list)
     """Verdicts of the judges that scored this rollout (see ``sp_lightning.judges``): judge,
     policy, text, rewards. A judge is not a role: its completions are never steps."""
+
+    @property
+    def trainable(self) -> bool:
+        """False when a parent requested this sub-episode as not trainable: its steps then
+        never train (``Step.in_trainable_episode``, the one flag every walker reads)."""
+        return all(step.in_trainable_episode for step in self.steps)
 
     def steps_of(self, role: str) -> list[Step]:
         return [s for s in self.steps if s.role == role]

@@ -90,25 +90,25 @@ class ProposerEpisode(Episode):
             return {PROPOSER: -1.0}
         return {PROPOSER: 1.0 - 2.0 * abs(extras["pass_rate"] - self.target)}
 
-    def question(self, completion_text: str, seed: int) -> tuple[str, int] | None:
-        """The sum the proposal asks for (text, answer), or None when it names no length."""
+    def question(self, completion_text: str, seed: int) -> list[int] | None:
+        """The numbers the proposal asks the solvers to add, or None when it names no length."""
         moves = [int(d) for d in _MOVE.findall(completion_text) if int(d) < self.max_terms]
         if not moves:
             return None
         rng = random.Random(seed)
-        numbers = [rng.randint(1, 9) for _ in range(moves[-1] + 1)]
-        return f"What is {' + '.join(map(str, numbers))}? Answer with the number.", sum(numbers)
+        return [rng.randint(1, 9) for _ in range(moves[-1] + 1)]
 
     async def rollout(self, ctx: EpisodeContext) -> Rollout:
         completion = await self.generate(ctx, ModelRequest(PROPOSER, [{"role": "user", "content": self.instruction}],
                                                            LEARNER))
         rollout = Rollout(episode=self.name, steps=[Step(PROPOSER, completion)], seats={PROPOSER: LEARNER})
-        asked = self.question(completion.text, ctx.seed)
-        rollout.metrics["invalid_question"] = float(asked is None)
-        if asked is None:
+        numbers = self.question(completion.text, ctx.seed)
+        rollout.metrics["invalid_question"] = float(numbers is None)
+        if numbers is None:
             return rollout
-        text, answer = asked
-        rollout.metrics["terms"] = float(text.count("+") + 1)
+        rollout.metrics["terms"] = float(len(numbers))
+        text = f"What is {' + '.join(map(str, numbers))}? Answer with the number."
+        answer = sum(numbers)
         solver_episodes = [
             SingleTurnEpisode(name="solver", messages=[{"role": "user", "content": text}], rubric=self.solver_rubric,
                               role=SOLVER, policy=self.solver_policy, extras={"answer": answer})
