@@ -48,19 +48,27 @@ def _step(path) -> int:
         return -1
 
 
-def _run_and_kill(args, last, after_step, delay) -> bool:
+def _run_and_kill(args, last, after_step, delay) -> tuple[bool, int]:
     """Start the fit; once last.ckpt holds ``after_step``, wait ``delay`` seconds (the kill lands
-    in a rollout, an update, a validation or a checkpoint write) and SIGKILL it. True when the
-    kill landed (the fit was still running)."""
+    in a rollout, an update, a validation or a checkpoint write) and SIGKILL it. Returns whether
+    the kill landed (the fit was still running) and the first step this fit wrote (a fit that
+    ignored --ckpt_path would start again at 1; steps take far longer than the 50 ms poll)."""
+    before = _step(last)
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     deadline = time.time() + 300
-    while _step(last) < after_step and proc.poll() is None and time.time() < deadline:
+    first_written = None  # wait for this fit's own first write too: last.ckpt may hold after_step already
+    while proc.poll() is None and time.time() < deadline:
+        step = _step(last)
+        if first_written is None and step not in (before, -1):
+            first_written = step
+        if first_written is not None and step >= after_step:
+            break
         time.sleep(0.05)
     time.sleep(delay)
     landed = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    return landed
+    return landed, first_written
 
 
 def test_a_fit_killed_at_random_moments_resumes_bit_for_bit(tmp_path):
@@ -79,7 +87,11 @@ def test_a_fit_killed_at_random_moments_resumes_bit_for_bit(tmp_path):
         if last.exists():
             args += ["--ckpt_path", str(last)]
         # at most about two steps' time: the fit, with 3 or more steps to go, is still running
-        kills += _run_and_kill(args, last, after_step=2 * kill + 1, delay=rng.uniform(0.0, 0.6))
+        start = _step(last)
+        landed, first_written = _run_and_kill(args, last, after_step=2 * kill + 1, delay=rng.uniform(0.0, 0.6))
+        kills += landed
+        assert first_written is not None and first_written > start, \
+            f"the fit resumed at step {start} but wrote step {first_written} first"
         assert _step(last) >= 0, "after every kill last.ckpt (or its .prev) is readable"
     subprocess.run(_args(killed, STEPS) + ["--ckpt_path", str(last)], check=True, env=ENV,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

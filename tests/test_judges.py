@@ -20,8 +20,9 @@ class ScriptedJudgeWorker(RolloutWorker):
 
     def generate(self, requests, sampling):
         self.calls.append(list(requests))
-        return [Completion(text="yes" if r.role == JUDGE else "four", prompt_ids=[1, 2], completion_ids=[3],
-                           logprobs=[-0.1], policy=r.policy) for r in requests]
+        return [Completion(text="yes" if r.role == JUDGE else "four", prompt_ids=[1, 2],
+                           completion_ids=[9] if r.role == JUDGE else [3], logprobs=[-0.1], policy=r.policy)
+                for r in requests]
 
 
 def _grader(policy="base"):
@@ -54,7 +55,8 @@ def test_judge_calls_batch_together_and_never_become_records(policy):
     Constant().assign(rollouts)
     records = to_records(rollouts)
     assert len(records) == 8
-    assert all(step.role == "assistant" for r in rollouts for step in r.steps)
+    assert all(record.completion_ids == [3] for record in records)  # answers only: a verdict is [9]
+    assert all(step.role == "assistant" for r in rollouts for node in r.walk() for step in node.steps)
 
 
 def test_a_bot_cannot_judge():
@@ -75,5 +77,7 @@ def test_judge_on_the_tiny_model_joins_one_generate_call(tiny_policy):
     assert arena.last_generate_calls == 2
     assert all(r.judgements and r.judgements[0]["policy"] == "base" for r in rollouts)
     assert all(r.rewards["assistant"] in (0.0, 1.0) for r in rollouts)
+    for r in rollouts:  # each reward is what the judge's own text said
+        assert r.rewards["assistant"] == float(r.judgements[0]["text"].strip().lower().startswith("yes"))
     Constant().assign(rollouts)
     assert len(to_records(rollouts)) == 6

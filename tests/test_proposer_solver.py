@@ -66,8 +66,8 @@ def test_proposer_advantages_are_against_the_batch_and_solver_advantages_against
 
 
 def test_solver_advantages_use_only_their_siblings_rewards():
-    """One question whose solvers disagree: a scripted solver that slips gives rewards 1, 0, 1
-    for one question; its sibling advantages are (r - 2/3) / std, independent of the 2-number
+    """One question whose solvers disagree (rewards set to 1, 0, 1 by hand, as a grader could
+    have scored them): its sibling advantages are (r - 2/3) / std, independent of the 2-number
     question whose solvers all pass."""
     import numpy as np
 
