@@ -4,7 +4,9 @@ Batching across games is where the speed comes from. Every running episode is a 
 all of them are waiting on a model, their pending requests go to the rollout worker in one
 ``generate`` call (the worker splits them per policy/adapter). No polling and no threads: the
 arena counts the episodes that can still make progress, and the last one to block flushes.
-Bot seats are answered at once, without a model.
+Bot seats are answered at once, without a model. A remote model (``remote:<name>``, an
+OpenAI-compatible server) is awaited on its own: while its answer is on the way the episode
+counts as blocked, so the local model's batches go on without it.
 """
 
 from __future__ import annotations
@@ -74,15 +76,29 @@ class _Run:
         self.runnable = 0
         self.generate_calls = 0
         self.retries = 0
+        self.remote_versions: dict[str, int] = {}  # each remote model's version, read once per run
 
     async def generate(self, request: ModelRequest) -> Completion:
         if not request.policy.is_model:
             return self.arena.bot_answer(request)
+        if request.policy.kind == "remote":
+            return await self.remote_answer(request)
         future = asyncio.get_running_loop().create_future()
         self.pending.append((request, future))
         self.runnable -= 1
         self.maybe_flush()
         return await future
+
+    async def remote_answer(self, request: ModelRequest) -> Completion:
+        model = self.arena.remote_model(request.policy.name)
+        # sent first (on the model's thread pool), then the local batch may go while it is on the way
+        answer = model.submit(request, self.arena.sampling, self.remote_versions)
+        self.runnable -= 1  # blocked on the server: the others' local batch need not wait for it
+        self.maybe_flush()
+        try:
+            return await answer
+        finally:
+            self.runnable += 1
 
     def maybe_flush(self) -> None:
         if self.runnable > 0 or not self.pending:
@@ -136,10 +152,11 @@ class Arena:
     """Registers a rollout worker and bots; plays episodes; scores, credits and batches them."""
 
     def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, bots: dict | None = None,
-                 retry: RetrySettings | None = None):
+                 retry: RetrySettings | None = None, remotes: dict | None = None):
         self.worker = worker
         self.sampling = sampling
         self.bots = dict(bots or {})
+        self.remotes = dict(remotes or {})  # name -> rollout.remote.RemoteModel
         self.retry = retry or RetrySettings()
         self.last_retries = 0
 
@@ -149,6 +166,12 @@ class Arena:
             raise ValueError(f"no bot named {name!r} is registered; known: {sorted(self.bots)}")
         text = self.bots[name].act(request.messages[-1]["content"], request.legal_actions or [])
         return Completion(text=text, policy=request.policy)
+
+    def remote_model(self, name: str):
+        if name not in self.remotes:
+            raise ValueError(f"no remote model named {name!r} is configured (data.remote_models); "
+                             f"known: {sorted(self.remotes)}")
+        return self.remotes[name]
 
     def play(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
         """Play every episode concurrently; each is scored by its rubric as it ends (nested
@@ -206,7 +229,7 @@ def _in_event_loop() -> bool:
 def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
     """Every trainable step (of any nesting level) with an advantage becomes one record."""
     records = []
-    for rollout, step in trainable_steps(list(rollouts)):
+    for _, rollout, step in trainable_steps(list(rollouts)):
         if step.advantage is None:
             continue
         c = step.completion

@@ -1,9 +1,14 @@
 """Credit assignment: turn finished rollouts into one advantage per trainable step.
 
-A credit assigner has ``assign(rollouts) -> None``: it walks every rollout and its nested
-sub-rollouts (``rollout.walk()``) and sets ``step.advantage`` on each step whose ``trainable`` is
-True (the learner played it and produced tokens); other steps keep ``advantage=None``. Each
-assigner leaves ``last_stats`` (advantage mean and std, group or baseline counts) for logging.
+A credit assigner's ``compute(rollouts)`` returns the engine specification's mapping
+``{(rollout_id, step_index): advantage}`` over every trainable step of the batch (the learner
+played it with real tokens, in an episode that trains), nested sub-rollouts included; and
+``assign(rollouts)`` is ``apply_credit(rollouts, compute(rollouts))``, which sets
+``step.advantage`` on those steps (every other step keeps ``advantage=None``). A rollout's id is
+its path in the batch's result tree: ``"3"`` for the fourth top-level rollout, ``"3.0"`` for its
+first child (:func:`rollout_ids`). Every assigner, ``to_records`` and ``apply_credit`` walk the
+trainable steps through one function, :func:`trainable_steps`. Each assigner leaves
+``last_stats`` (advantage mean and std, group or baseline counts) for logging.
 
 A step's return is :func:`step_return`: the role's episode reward from the rubric plus the
 step's own immediate reward (an invalid-move penalty lands only on the move that broke a rule).
@@ -15,7 +20,9 @@ Assigners:
 - :class:`RAE`: role-conditioned advantage estimation with a per-(episode, role) moving-average
   baseline (SPIRAL, Liu et al. 2025), for self-play where a role's reward is not symmetric;
   ``by_opponent=True`` also splits it by who sat in the other seats (league play).
-- :class:`Constant`: the return itself, no baseline (REINFORCE).
+- :class:`EpisodicRewardCredit`: the return itself, no baseline (REINFORCE).
+- :class:`Constant`: one fixed weight for every trainable step (behaviour cloning of the
+  policy's own games, e.g. after filtering them).
 
 Where this departs from the papers:
 
@@ -57,15 +64,56 @@ import hashlib
 import math
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 from .types import Rollout, Step
 
 
-class CreditAssigner(Protocol):
+StepKey = tuple[str, int]
+"""``(rollout_id, step_index)``: one step of one rollout of a batch's result tree."""
+
+
+def rollout_ids(rollouts: list[Rollout]) -> Iterator[tuple[str, Rollout]]:
+    """``(id, rollout)`` for every rollout of the batch and its sub-rollouts, depth first; the id
+    is the rollout's path: ``"2"`` is the third top-level rollout, ``"2.1"`` its second child."""
+
+    def walk(prefix: str, rollout: Rollout) -> Iterator[tuple[str, Rollout]]:
+        yield prefix, rollout
+        for index, child in enumerate(rollout.children):
+            yield from walk(f"{prefix}.{index}", child)
+
+    for index, top in enumerate(rollouts):
+        yield from walk(str(index), top)
+
+
+def trainable_steps(rollouts: list[Rollout]) -> Iterator[tuple[StepKey, Rollout, Step]]:
+    """Every trainable step of the batch, nested rollouts included, in order, with its key and
+    its rollout: the one walker that credit assigners, ``apply_credit`` and ``to_records`` share."""
+    for rollout_id, rollout in rollout_ids(rollouts):
+        for index, step in enumerate(rollout.steps):
+            if step.trainable:
+                yield (rollout_id, index), rollout, step
+
+
+def apply_credit(rollouts: list[Rollout], advantages: dict[StepKey, float]) -> None:
+    """Set ``step.advantage`` from ``compute``'s mapping; every trainable step must have one."""
+    for key, _, step in trainable_steps(rollouts):
+        if key not in advantages:
+            raise KeyError(f"credit: no advantage for trainable step {key} (role {step.role!r})")
+        step.advantage = float(advantages[key])
+
+
+class CreditAssigner:
+    """Subclass and implement ``compute``; ``assign`` applies it to the rollouts in place."""
+
     last_stats: dict[str, float]
 
-    def assign(self, rollouts: list[Rollout]) -> None: ...
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        """``{(rollout_id, step_index): advantage}`` for every trainable step of the batch."""
+        raise NotImplementedError
+
+    def assign(self, rollouts: list[Rollout]) -> None:
+        apply_credit(rollouts, self.compute(rollouts))
 
 
 def step_return(rollout: Rollout, step: Step, discount: float = 1.0) -> float:
@@ -79,13 +127,14 @@ def step_return(rollout: Rollout, step: Step, discount: float = 1.0) -> float:
     return discount * float(rollout.rewards[step.role]) + float(step.reward)
 
 
-def trainable_steps(rollouts: list[Rollout]) -> Iterator[tuple[Rollout, Step]]:
-    """Every ``(rollout, step)`` with a trainable step, nested rollouts included, in order."""
-    for top in rollouts:
-        for rollout in top.walk():
-            for step in rollout.steps:
-                if step.trainable:
-                    yield rollout, step
+def moves_after(rollout: Rollout) -> list[int]:
+    """For each step of ``rollout``, how many moves its role makes after it in that rollout."""
+    later = Counter(step.role for step in rollout.steps)
+    counts = []
+    for step in rollout.steps:
+        later[step.role] -= 1
+        counts.append(later[step.role])
+    return counts
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -101,7 +150,7 @@ def _advantage_stats(advantages: list[float]) -> dict[str, float]:
     return {"advantage_mean": mean, "advantage_std": std, "num_steps": float(len(advantages))}
 
 
-class GRPO:
+class GRPO(CreditAssigner):
     """Group-relative advantages: ``A = (R - mean_g R) / (std_g R + eps)``.
 
     Args:
@@ -140,26 +189,26 @@ class GRPO:
         fields = {"episode": rollout.episode, "role": step.role}
         return (*(fields[f] for f in self.group_by), rollout.group, rollout.level)
 
-    def assign(self, rollouts: list[Rollout]) -> None:
-        groups: dict[tuple, list[tuple[Step, float]]] = defaultdict(list)
-        for rollout, step in trainable_steps(rollouts):
-            groups[self.group_key(rollout, step)].append((step, step_return(rollout, step)))
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        groups: dict[tuple, list[tuple[StepKey, float]]] = defaultdict(list)
+        for key, rollout, step in trainable_steps(rollouts):
+            groups[self.group_key(rollout, step)].append((key, step_return(rollout, step)))
 
-        advantages = []
+        advantages: dict[StepKey, float] = {}
         for members in groups.values():
             mean, std = _mean_std([ret for _, ret in members])
-            for step, ret in members:
+            for key, ret in members:
                 adv = 0.0 if len(members) == 1 else ret - mean
-                if self.normalize:
-                    adv /= std + self.eps
+                if self.normalize:  # a group of equal returns (std 0) has advantages 0, even with eps 0
+                    adv = adv / (std + self.eps) if std + self.eps > 0 else 0.0
                 if self.positive_only:
                     adv = max(adv, 0.0)
-                step.advantage = adv
-                advantages.append(adv)
-        self.last_stats = {**_advantage_stats(advantages), "num_groups": float(len(groups))}
+                advantages[key] = adv
+        self.last_stats = {**_advantage_stats(list(advantages.values())), "num_groups": float(len(groups))}
+        return advantages
 
 
-class RAE:
+class RAE(CreditAssigner):
     """Role-conditioned advantage estimation (SPIRAL): ``A = R - b[episode, role]``.
 
     ``b`` is an exponential moving average of the role's episode reward, one per
@@ -228,41 +277,42 @@ class RAE:
             return (rollout.episode, role)
         return (rollout.episode, f"{role} vs {opponents_of(rollout, role)}")
 
-    def assign(self, rollouts: list[Rollout]) -> None:
-        advantages: list[float] = []
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        # each rollout's trainable steps by role, in order, with their discounted returns
+        by_rollout: dict[str, tuple[Rollout, dict[str, list[tuple[StepKey, Step, float]]]]] = {}
+        later: dict[str, list[int]] = {}
+        for key, rollout, step in trainable_steps(rollouts):
+            rollout_id, index = key
+            if rollout_id not in by_rollout:
+                by_rollout[rollout_id] = (rollout, {})
+                later[rollout_id] = moves_after(rollout)
+            ret = step_return(rollout, step, self.discount ** later[rollout_id][index])
+            by_rollout[rollout_id][1].setdefault(step.role, []).append((key, step, ret))
+        advantages: dict[StepKey, float] = {}
         from_state = 0  # steps judged against their state's baseline
-        for top in rollouts:
-            for rollout in top.walk():
-                later = Counter(step.role for step in rollout.steps)  # the role's moves from here on
-                by_role: dict[str, list[tuple[Step, float]]] = {}
-                for step in rollout.steps:
-                    later[step.role] -= 1
-                    if step.trainable:
-                        ret = step_return(rollout, step, self.discount ** later[step.role])
-                        by_role.setdefault(step.role, []).append((step, ret))
-                for role, steps in by_role.items():
-                    key = self.baseline_key(rollout, role)
-                    from_state += self._assign_role(key, steps)
-                    advantages.extend(step.advantage for step, _ in steps)
-                    old = self.baselines.get(key, 0.0)
-                    reward = float(rollout.rewards[role])
-                    self.baselines[key] = self.decay * old + (1.0 - self.decay) * reward
+        for rollout, by_role in by_rollout.values():
+            for role, steps in by_role.items():
+                key = self.baseline_key(rollout, role)
+                values, judged_by_state = self._role_advantages(key, [(step, ret) for _, step, ret in steps])
+                from_state += judged_by_state
+                advantages.update(zip((step_key for step_key, _, _ in steps), values))
+                old = self.baselines.get(key, 0.0)
+                self.baselines[key] = self.decay * old + (1.0 - self.decay) * float(rollout.rewards[role])
         self.last_stats = {
-            **_advantage_stats(advantages),
+            **_advantage_stats(list(advantages.values())),
             "num_baselines": float(len(self.baselines)),
         }
         if self.by_state:
             self.last_stats["num_states"] = float(len(self.state_values))
             self.last_stats["state_baseline_fraction"] = from_state / max(1, len(advantages))
+        return advantages
 
-    def _assign_role(self, key: tuple[str, str], steps: list[tuple[Step, float]]) -> int:
-        """Set the advantages of one role's trainable steps in one rollout (in order, each with
-        its step return); returns how many were judged against their own state's baseline."""
+    def _role_advantages(self, key: tuple[str, str], steps: list[tuple[Step, float]]) -> tuple[list[float], int]:
+        """The advantages of one role's trainable steps in one rollout (in order, each with its
+        step return), and how many were judged against their own state's baseline."""
         role_baseline = self.baselines.get(key, 0.0)
         if not self.by_state:
-            for step, ret in steps:
-                step.advantage = ret - role_baseline
-            return 0
+            return [ret - role_baseline for _, ret in steps], 0
         # the state table learns the episode reward as it reaches a step; the step's own reward
         # (an invalid-move penalty) stays out of it and lands on the move alone
         episode_parts = [ret - step.reward for step, ret in steps]
@@ -271,6 +321,7 @@ class RAE:
         # lambda-return from the back: the last move's is its episode part; an earlier move's
         # mixes the table's value of the role's next state with the next move's lambda-return
         target = episode_parts[-1]
+        advantages = [0.0] * len(steps)
         for index in range(len(steps) - 1, -1, -1):
             step = steps[index][0]
             if index < len(steps) - 1 and values[index + 1] is not None:
@@ -279,10 +330,10 @@ class RAE:
             else:
                 target = episode_parts[index]
             baseline = values[index] if values[index] is not None else role_baseline
-            step.advantage = step.reward + target - baseline
+            advantages[index] = step.reward + target - baseline
         for state, episode_part in zip(states, episode_parts):
             self._visit_state(state, episode_part)
-        return sum(v is not None for v in values)
+        return advantages, sum(v is not None for v in values)
 
     @staticmethod
     def _state_key(key: tuple[str, str], step: Step) -> tuple[str, str, str]:
@@ -342,15 +393,30 @@ def opponents_of(rollout: Rollout, role: str) -> str:
     return ",".join(names) or "none"
 
 
-class Constant:
-    """The return itself as the advantage, no baseline (REINFORCE)."""
+class EpisodicRewardCredit(CreditAssigner):
+    """The return itself as the advantage, no baseline (REINFORCE): the role's episode reward
+    plus the step's own reward."""
 
     def __init__(self) -> None:
         self.last_stats: dict[str, float] = {}
 
-    def assign(self, rollouts: list[Rollout]) -> None:
-        advantages = []
-        for rollout, step in trainable_steps(rollouts):
-            step.advantage = step_return(rollout, step)
-            advantages.append(step.advantage)
-        self.last_stats = _advantage_stats(advantages)
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        advantages = {key: step_return(rollout, step) for key, rollout, step in trainable_steps(rollouts)}
+        self.last_stats = _advantage_stats(list(advantages.values()))
+        return advantages
+
+
+class Constant(CreditAssigner):
+    """The same weight ``value`` for every trainable step, whatever the rewards: behaviour
+    cloning of the policy's own completions (after a source has filtered the episodes, say)."""
+
+    def __init__(self, value: float = 1.0) -> None:
+        if not math.isfinite(value):
+            raise ValueError(f"Constant.value: expected a finite number, got {value!r}")
+        self.value = float(value)
+        self.last_stats: dict[str, float] = {}
+
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        advantages = {key: self.value for key, _, _ in trainable_steps(rollouts)}
+        self.last_stats = _advantage_stats(list(advantages.values()))
+        return advantages

@@ -32,6 +32,7 @@ from sp_lightning.arena import Arena, seeded_rng
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
+from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sources import EpisodeSource, GameMix
 
 RolloutFactory = Callable[[Any, Any], RolloutWorker]
@@ -113,6 +114,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         rollout: RolloutFactory | None = None,
         retry: RetrySettings | None = None,
         episodes: EpisodeSource | None = None,
+        remote_models: dict[str, RemoteModel] | None = None,
     ):
         """
         Args:
@@ -120,7 +122,7 @@ class SelfPlayDataModule(L.LightningDataModule):
                 they are also what validation plays. Optional when ``episodes`` is given.
             episodes_per_batch: Episodes played (per rank) for each optimizer step.
             sampling: How the rollout worker samples completions.
-            credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | Constant).
+            credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | EpisodicRewardCredit | Constant).
             eval: Evaluation against a fixed opponent at each validation.
             seed: Seed of the game schedule (deals, seats, opponents).
             opponents: Who sits in each seat of a training episode (class_path:
@@ -133,6 +135,8 @@ class SelfPlayDataModule(L.LightningDataModule):
             episodes: What each batch plays (class_path: a sp_lightning.sources.EpisodeSource,
                 e.g. sp_lightning.protocols.proposer_solver.ProposerSolver); by default
                 sp_lightning.sources.GameMix of ``games`` with seats from ``opponents``.
+            remote_models: Models behind OpenAI-compatible servers, by name: a seat, an opponent
+                or a judge plays one as ``remote:<name>`` (see sp_lightning.rollout.remote).
         """
         super().__init__()
         games = list(games or [])
@@ -150,6 +154,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.rollout_factory: RolloutFactory = rollout if rollout is not None else HFRolloutWorker
         self.retry = retry or RetrySettings()
         self.source: EpisodeSource = episodes if episodes is not None else GameMix(self.games, self.opponents)
+        self.remote_models = dict(remote_models or {})
         self.batches_played = 0
         self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
         self.arena: Arena | None = None
@@ -164,7 +169,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         check_moves_fit(self.games, module.tokenizer, self.sampling.max_new_tokens)
         self.worker = self.rollout_factory(module.model, module.tokenizer)
         bots = {**make_bots(self.seed), **self.source.bots(self.seed)}
-        self.arena = Arena(self.worker, self.sampling, bots=bots, retry=self.retry)
+        self.arena = Arena(self.worker, self.sampling, bots=bots, retry=self.retry, remotes=self.remote_models)
         self._restore_bot_rngs()
         module.attach_rollout_worker(self.worker)
 

@@ -23,14 +23,14 @@ from sp_lightning.types import LEARNER, PolicyRef
 
 
 def parse_policy(spec: str) -> PolicyRef:
-    """``learner`` | ``base`` | ``bot:<name>`` | ``checkpoint:<id>`` -> PolicyRef."""
+    """``learner`` | ``base`` | ``bot:<name>`` | ``checkpoint:<id>`` | ``remote:<name>`` -> PolicyRef."""
     kind, _, name = spec.partition(":")
     if kind in ("learner", "base") and not name:
         return PolicyRef(kind)
-    if kind in ("bot", "checkpoint") and name:
+    if kind in ("bot", "checkpoint", "remote") and name:
         return PolicyRef(kind, name)
     raise ValueError(
-        f"opponent {spec!r}: expected 'learner', 'base', 'bot:<name>' or 'checkpoint:<id>'"
+        f"opponent {spec!r}: expected 'learner', 'base', 'bot:<name>', 'checkpoint:<id>' or 'remote:<name>'"
     )
 
 

@@ -1,8 +1,9 @@
-"""SelfPlayModule: completion-token logprobs -> policy-gradient loss -> one optimizer step.
+"""SelfPlayModule: completion-token logprobs -> policy-gradient loss -> optimizer step(s).
 
 Each training step takes one Batch played by the arena with the current weights, splits its
 records into micro-batches, accumulates gradients over them (the loss is normalised over the
-whole batch, so accumulation is exact), clips, and steps once. Validation plays the evaluation
+whole batch, so accumulation is exact), clips, and steps once (``update_epochs`` times with PPO
+epochs, each pass a fresh accumulation over the same records). Validation plays the evaluation
 games against a fixed opponent. With LoRA, checkpoints hold only the trainable (adapter)
 weights: the base model is rebuilt from its config.
 """
@@ -197,6 +198,7 @@ class SelfPlayModule(L.LightningModule):
         optimizer: OptimizerSettings | None = None,
         micro_batch_size: int = 64,
         max_train_tokens: int | None = None,
+        update_epochs: int = 1,
     ):
         """
         Args:
@@ -206,6 +208,15 @@ class SelfPlayModule(L.LightningModule):
             micro_batch_size: Sequences per forward/backward; gradients accumulate over a batch.
             max_train_tokens: Prompt+completion tokens beyond this are not trained on
                 (generation may be longer); null trains on everything.
+            update_epochs: Optimizer steps taken on each batch of rollouts (PPO's epochs). The
+                first is on-policy; later ones reuse the same records, kept in check by the
+                clipped ratio to the behaviour policy. Playing costs about as much as learning
+                here, so a second pass gets more out of each game for less than a second batch.
+                Lightning counts optimizer steps: ``trainer.max_steps``, the learning-rate and
+                entropy schedules and ``every_n_train_steps`` then advance ``update_epochs``
+                per batch, while ``val_check_interval`` counts batches. Choose ``max_steps`` and
+                every "every N steps" setting (checkpoints, the league's schedule and evaluator)
+                as multiples of ``update_epochs``: the step count moves by that much at once.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -215,6 +226,9 @@ class SelfPlayModule(L.LightningModule):
         if micro_batch_size < 1:
             raise ValueError(f"model.micro_batch_size: expected >= 1, got {micro_batch_size}")
         self.micro_batch_size = micro_batch_size
+        if update_epochs < 1:
+            raise ValueError(f"model.update_epochs: expected an int >= 1, got {update_epochs!r}")
+        self.update_epochs = update_epochs
         self.max_train_tokens = max_train_tokens
         self.automatic_optimization = False
         self.model, self.tokenizer = load_policy(self.policy_settings)
@@ -286,9 +300,56 @@ class SelfPlayModule(L.LightningModule):
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)
             return None
+        totals: dict[str, float] = {}
+        passes = 0  # passes that ended in an optimizer step
+        for epoch in range(self.update_epochs):
+            pass_totals = self._accumulate_gradients(records)
+            # ---- optimizer step ----
+            trainable = [p for p in self.model.parameters() if p.requires_grad]
+            if self.optim.grad_clip:
+                grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
+            else:
+                grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
+            pass_totals["grad_norm"] = float(grad_norm)
+            if not (math.isfinite(pass_totals["loss"]) and math.isfinite(pass_totals["grad_norm"])):
+                self._skip_nonfinite_step(opt, records, pass_totals)
+                break  # keep what the earlier passes learnt, if any
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            self.lr_schedulers().step()
+            totals, passes = pass_totals, passes + 1
+        if passes == 0:  # nothing learnt from this batch
+            self._log_rollout(batch.metrics)
+            return None
+        if passes == self.update_epochs:
+            self.nonfinite_in_a_row = 0
+        if self.rollout_worker is not None:
+            self.rollout_worker.sync_weights(self.global_step)
+        # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
+        # earlier passes moved the policy from the one that played) ----
+        elapsed = time.perf_counter() - start
+        trained_tokens = passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
+        metrics = {f"train/{k}": v for k, v in totals.items()}
+        metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
+        metrics["train/update_seconds"] = elapsed
+        # the whole step: playing the batch (timed by the arena) and learning from it
+        metrics["train/step_seconds"] = elapsed + batch.metrics.get("rollout/seconds", 0.0)
+        metrics["train/records"] = float(len(records))
+        metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
+        s = self.loss_settings
+        metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
+        if s.magnet_coef:
+            metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
+        metrics["train/lr"] = opt.param_groups[0]["lr"]
+        self.log_dict(metrics, batch_size=len(records))
+        self._log_rollout(batch.metrics)
+        return None
+
+    def _accumulate_gradients(self, records: list[TrainingRecord]) -> dict[str, float]:
+        """One pass of the loss over ``records`` in micro-batches, the gradients accumulated for
+        one optimizer step; returns the pass's diagnostics (token-weighted) and its summed loss."""
         num_tokens = sum(sum(r.action_mask) for r in records)
         s = self.loss_settings
-        # ---- loss over micro-batches, accumulated into one optimizer step ----
         totals: dict[str, float] = {}
         pad = self.tokenizer.pad_token_id
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
@@ -323,40 +384,7 @@ class SelfPlayModule(L.LightningModule):
             for key, value in diag.items():
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
-        # ---- optimizer step ----
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        if self.optim.grad_clip:
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
-        else:
-            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
-        totals["grad_norm"] = float(grad_norm)
-        if not (math.isfinite(totals["loss"]) and math.isfinite(totals["grad_norm"])):
-            self._skip_nonfinite_step(opt, records, totals)
-            self._log_rollout(batch.metrics)
-            return None
-        self.nonfinite_in_a_row = 0
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        self.lr_schedulers().step()
-        if self.rollout_worker is not None:
-            self.rollout_worker.sync_weights(self.global_step)
-        # ---- logging ----
-        elapsed = time.perf_counter() - start
-        trained_tokens = sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
-        metrics = {f"train/{k}": v for k, v in totals.items()}
-        metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
-        metrics["train/update_seconds"] = elapsed
-        # the whole step: playing the batch (timed by the arena) and learning from it
-        metrics["train/step_seconds"] = elapsed + batch.metrics.get("rollout/seconds", 0.0)
-        metrics["train/records"] = float(len(records))
-        metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
-        metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
-        if s.magnet_coef:
-            metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
-        metrics["train/lr"] = opt.param_groups[0]["lr"]
-        self.log_dict(metrics, batch_size=len(records))
-        self._log_rollout(batch.metrics)
-        return None
+        return totals
 
     def _skip_nonfinite_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> None:
         """Drop this step's gradient (the weights, the optimizer state and the learning-rate

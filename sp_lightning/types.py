@@ -16,8 +16,10 @@ class PolicyRef:
     """Who plays a seat.
 
     ``kind`` is one of ``"learner"`` (the policy being trained), ``"base"`` (the base model with
-    the adapter disabled), ``"checkpoint"`` (a saved adapter, ``name`` is its id), or ``"bot"``
-    (a scripted player such as ``random`` or ``chaos``; ``name`` is the bot's name).
+    the adapter disabled), ``"checkpoint"`` (a saved adapter, ``name`` is its id), ``"bot"``
+    (a scripted player such as ``random`` or ``chaos``; ``name`` is the bot's name), or
+    ``"remote"`` (a model behind an OpenAI-compatible server; ``name`` is its key in
+    ``data.remote_models``).
     """
 
     kind: str
@@ -110,6 +112,9 @@ class Rollout:
     group: str | None = None
     level: int = 0
     children: list[Rollout] = field(default_factory=list)
+    state: Any = None
+    """The episode's own final state where it keeps one (a chat episode's ``ChatState``), for
+    its ``get_extras``; never trained on or logged as is."""
     judgements: list[dict[str, Any]] = field(default_factory=list)
     """Verdicts of the judges that scored this rollout (see ``sp_lightning.judges``): judge,
     policy, text, rewards. A judge is not a role: its completions are never steps."""

@@ -3,7 +3,7 @@
 import pytest
 
 from sp_lightning.arena import Arena, to_records
-from sp_lightning.credit import Constant
+from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import Episode
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
@@ -102,7 +102,7 @@ def test_nested_episodes_share_batches_and_become_records():
     assert [len(c) for c in worker.calls] == [2] + [4] * 7
     assert all(child.level == 1 for r in rollouts for child in r.children)
     assert all(r.rewards == {"proposer": 1.0} for r in rollouts)  # X wins both first-legal games
-    Constant().assign(rollouts)
+    EpisodicRewardCredit().assign(rollouts)
     records = to_records(rollouts)
     assert len(records) == 2 * (1 + 2 * 7)
 
@@ -115,7 +115,7 @@ def test_children_requested_not_trainable_inform_the_parent_and_never_train():
     assert [len(c) for c in worker.calls] == [1] + [2] * 7  # the children still batch
     assert rollouts[0].rewards == {"proposer": 1.0}  # and still inform the parent's reward
     assert all(not child.trainable for child in rollouts[0].children)
-    Constant().assign(rollouts)
+    EpisodicRewardCredit().assign(rollouts)
     assert len(to_records(rollouts)) == 1  # the proposer's step only
     assert all(step.advantage is None for child in rollouts[0].children for step in child.steps)
 

@@ -5,9 +5,9 @@ import logging
 
 import pytest
 
-from sp_lightning import episodes
+from sp_lightning.episodes import game as game_episode
 from sp_lightning.arena import Arena
-from sp_lightning.credit import Constant
+from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rollout.hf import HFRolloutWorker
@@ -17,9 +17,9 @@ from test_arena import ScriptedWorker, _bots
 
 @pytest.fixture(autouse=True)
 def fresh_warnings():
-    episodes._warned.clear()
+    game_episode._warned.clear()
     yield
-    episodes._warned.clear()
+    game_episode._warned.clear()
 
 
 def test_a_game_past_max_turns_is_cut_off_scored_zero_and_still_trains(caplog):
@@ -29,8 +29,8 @@ def test_a_game_past_max_turns_is_cut_off_scored_zero_and_still_trains(caplog):
     game = GameSettings(id="tictactoe_v1", max_turns=4)
     arena = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots())
     episodes_ = [game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(3)]
-    with caplog.at_level(logging.WARNING, logger="sp_lightning.episodes"):
-        batch = arena.collect(episodes_, [0, 1, 2], Constant())
+    with caplog.at_level(logging.WARNING, logger="sp_lightning.episodes.game"):
+        batch = arena.collect(episodes_, [0, 1, 2], EpisodicRewardCredit())
     rollouts = batch.rollouts
     assert all(len(r.steps) == 4 for r in rollouts)
     assert all(r.outcome == {"player_0": 0.0, "player_1": 0.0} for r in rollouts)

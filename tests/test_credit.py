@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from sp_lightning.credit import GRPO, RAE, Constant, step_return
+from sp_lightning.credit import GRPO, RAE, Constant, EpisodicRewardCredit, apply_credit, rollout_ids, step_return
 from sp_lightning.types import LEARNER, Completion, PolicyRef, Rollout, Step
 
 
@@ -159,12 +159,13 @@ def test_grpo_group_key_is_overridable():
     assert advantages(rs) == pytest.approx([1.0, -1.0])
 
 
-@pytest.mark.parametrize("make_credit", [GRPO, RAE, Constant])
+@pytest.mark.parametrize("make_credit", [GRPO, RAE, EpisodicRewardCredit, Constant])
 def test_untrainable_steps_left_none(make_credit):
     """Bot moves and empty completions get no advantage, and their (large) returns do not
     enter the statistics: trainable x returns [1, 0] only -> GRPO (R - 0.5) / (0.5 + eps) =
     [1, -1],
-    RAE [1 - 0, 0 - 0.05] (baseline 0.05 * 1 after game 1), Constant [1, 0].
+    RAE [1 - 0, 0 - 0.05] (baseline 0.05 * 1 after game 1), EpisodicRewardCredit [1, 0],
+    Constant [1, 1].
     """
     rs = [
         rollout({"x": 1.0, "o": 100.0}, steps=[learner("x"), bot("o"), empty("x")]),
@@ -172,7 +173,8 @@ def test_untrainable_steps_left_none(make_credit):
     ]
     credit = make_credit()
     credit.assign(rs)
-    expected = {GRPO: [1.0, -1.0], RAE: [1.0, -0.05], Constant: [1.0, 0.0]}[make_credit]
+    expected = {GRPO: [1.0, -1.0], RAE: [1.0, -0.05], EpisodicRewardCredit: [1.0, 0.0],
+                Constant: [1.0, 1.0]}[make_credit]
     got = advantages(rs)
     assert [i for i, a in enumerate(got) if a is None] == [1, 2, 3, 5]
     assert [got[0], got[4]] == pytest.approx(expected, rel=1e-5)
@@ -373,10 +375,71 @@ def test_rae_by_state_keeps_the_step_penalty_on_the_move():
     assert next(iter(credit.state_values.values()))[0] == pytest.approx(1.0)
 
 
-def test_constant_is_the_return():
+def test_episodic_reward_credit_is_the_return():
     """Episode reward 1 plus step rewards [0, -0.5], and o's -1: advantages [1, 0.5, -1]."""
     rs = [rollout({"x": 1.0, "o": -1.0}, steps=[learner("x"), learner("x", -0.5), learner("o")])]
-    credit = Constant()
+    credit = EpisodicRewardCredit()
     credit.assign(rs)
     assert advantages(rs) == pytest.approx([1.0, 0.5, -1.0])
     assert credit.last_stats["advantage_mean"] == pytest.approx(0.5 / 3)
+
+
+def test_constant_weighs_every_trainable_step_alike():
+    """value 0.5 on x's two steps and o's one, whatever the rewards; the bot's step gets none."""
+    rs = [rollout({"x": 1.0, "o": -1.0}, steps=[learner("x"), learner("x", -0.5), bot("o"), learner("o")])]
+    Constant(0.5).assign(rs)
+    assert advantages(rs) == [0.5, 0.5, None, 0.5]
+    with pytest.raises(ValueError, match="Constant.value"):
+        Constant(float("nan"))
+
+
+# ---- a small result tree: compute's keys, and every assigner by hand --------------------------------
+
+def _tree():
+    """Two proposals (rewards 1 and -1 for p); the first has two solver children (group q0,
+    rewards 1 and 0 for s) and a non-trainable child (a hidden check); the second has one child
+    (group q1, reward 1) whose solver step carries a step reward of -0.5."""
+    kids0 = [rollout({"s": 1.0}, episode="solve", group="q0", level=1),
+             rollout({"s": 0.0}, episode="solve", group="q0", level=1)]
+    hidden = rollout({"s": 5.0}, episode="solve", group="q0", level=1)
+    hidden.steps[0].in_trainable_episode = False
+    kids1 = [rollout({"s": 1.0}, steps=[learner("s", reward=-0.5)], episode="solve", group="q1", level=1)]
+    return [rollout({"p": 1.0}, episode="propose", children=[*kids0, hidden]),
+            rollout({"p": -1.0}, episode="propose", children=kids1)]
+
+
+def test_rollout_ids_are_paths_in_the_tree():
+    assert [rid for rid, _ in rollout_ids(_tree())] == ["0", "0.0", "0.1", "0.2", "1", "1.0"]
+
+
+@pytest.mark.parametrize("make_credit, expected", [
+    # proposers against each other: [1, -1] - 0 over std 1; each question's solvers against their
+    # siblings: q0 [1, 0] -> [+1, -1] (std 0.5), q1 alone -> 0
+    (lambda: GRPO(eps=0.0), {("0", 0): 1.0, ("0.0", 0): 1.0, ("0.1", 0): -1.0, ("1", 0): -1.0, ("1.0", 0): 0.0}),
+    # Dr. GRPO: the same without the std
+    (lambda: GRPO(normalize=False), {("0", 0): 1.0, ("0.0", 0): 0.5, ("0.1", 0): -0.5, ("1", 0): -1.0,
+                                     ("1.0", 0): 0.0}),
+    # RAE, decay 0.5, baselines from 0, in tree order: p 0 -> +1 (b_p 0.5); s 0 -> +1 (b_s 0.5);
+    # s: 0 - 0.5 (b_s 0.25); p: -1 - 0.5 (b_p -0.25); s: 1 - 0.5 - 0.25 = 0.25
+    (lambda: RAE(decay=0.5), {("0", 0): 1.0, ("0.0", 0): 1.0, ("0.1", 0): -0.5, ("1", 0): -1.5, ("1.0", 0): 0.25}),
+    (EpisodicRewardCredit, {("0", 0): 1.0, ("0.0", 0): 1.0, ("0.1", 0): 0.0, ("1", 0): -1.0, ("1.0", 0): 0.5}),
+    (lambda: Constant(2.0), {("0", 0): 2.0, ("0.0", 0): 2.0, ("0.1", 0): 2.0, ("1", 0): 2.0, ("1.0", 0): 2.0}),
+])
+def test_every_assigner_on_a_result_tree(make_credit, expected):
+    """compute gives exactly the trainable steps' keys (the hidden child's step has none), and
+    assign sets the same numbers on the steps."""
+    credit = make_credit()
+    computed = credit.compute(_tree())
+    assert computed.keys() == expected.keys()
+    assert computed == pytest.approx(expected)
+    tree = _tree()
+    make_credit().assign(tree)
+    steps = dict(((rid, i), s) for rid, r in rollout_ids(tree) for i, s in enumerate(r.steps))
+    assert {key: steps[key].advantage for key in expected} == pytest.approx(expected)
+    assert steps[("0.2", 0)].advantage is None
+
+
+def test_apply_credit_names_a_trainable_step_left_without_an_advantage():
+    tree = _tree()
+    with pytest.raises(KeyError, match=r"\('1.0', 0\)"):
+        apply_credit(tree, {("0", 0): 1.0, ("0.0", 0): 1.0, ("0.1", 0): 1.0, ("1", 0): 1.0})

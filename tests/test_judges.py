@@ -3,7 +3,7 @@
 import pytest
 
 from sp_lightning.arena import Arena, to_records
-from sp_lightning.credit import Constant
+from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import SingleTurnEpisode
 from sp_lightning.judges import JUDGE, Judge
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
@@ -52,7 +52,7 @@ def test_judge_calls_batch_together_and_never_become_records(policy):
     assert {str(r.policy) for r in worker.calls[1]} == {policy}
     assert all(r.rewards == {"assistant": 1.0} for r in rollouts)
     assert all(r.judgements[0]["text"] == "yes" for r in rollouts)
-    Constant().assign(rollouts)
+    EpisodicRewardCredit().assign(rollouts)
     records = to_records(rollouts)
     assert len(records) == 8
     assert all(record.completion_ids == [3] for record in records)  # answers only: a verdict is [9]
@@ -79,5 +79,5 @@ def test_judge_on_the_tiny_model_joins_one_generate_call(tiny_policy):
     assert all(r.rewards["assistant"] in (0.0, 1.0) for r in rollouts)
     for r in rollouts:  # each reward is what the judge's own text said
         assert r.rewards["assistant"] == float(r.judgements[0]["text"].strip().lower().startswith("yes"))
-    Constant().assign(rollouts)
+    EpisodicRewardCredit().assign(rollouts)
     assert len(to_records(rollouts)) == 6

@@ -1,62 +1,18 @@
-"""Episodes: who sits in which seat, what each model is asked, when the episode ends.
-
-An Episode is a coroutine: ``rollout(ctx)`` awaits ``ctx.generate(request)`` for each model
-call, and the arena runs many episodes at once, coalescing their pending calls into batched
-generate calls. Awaiting ``ctx.run(sub_episode)`` plays a nested episode (hierarchies such as a
-proposer rewarded by solver episodes) through the same batching.
-"""
+"""GameEpisode: a PettingZoo AEC text game played with a policy per seat."""
 
 from __future__ import annotations
 
 import logging
-from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from sp_lightning.episodes.base import Episode, EpisodeContext
 from sp_lightning.prompts import ParseResult, PlainTemplate, PromptTemplate
 from sp_lightning.rubric import Rubric
-from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef, Role, Rollout, Step
+from sp_lightning.types import ModelRequest, PolicyRef, Role, Rollout, Step
 
 log = logging.getLogger(__name__)
-
-
-class EpisodeContext(Protocol):
-    """What the arena gives a running episode."""
-
-    seed: int
-
-    async def generate(self, request: ModelRequest) -> Completion: ...
-
-    async def run(self, episode: Episode, seed: int, trainable: bool = True) -> Rollout:
-        """A sub-episode, scored by its own rubric; ``trainable=False`` keeps its steps from training."""
-        ...
-
-    async def run_many(self, episodes: list[Episode], seeds: list[int], trainable: bool = True) -> list[Rollout]:
-        """Sub-episodes played concurrently, their model calls batched with everything pending."""
-        ...
-
-
-class Episode(ABC):
-    """The episode protocol: rollout, rubric, get_extras, generate."""
-
-    name: str
-    roles: list[Role]
-    rubric: Rubric
-
-    @abstractmethod
-    async def rollout(self, ctx: EpisodeContext) -> Rollout:
-        """Play the episode to its end and return the Rollout (rewards are filled by the rubric)."""
-
-    async def generate(self, ctx: EpisodeContext, request: ModelRequest) -> Completion:
-        """One model call; override to post-process (e.g. retries or parsing)."""
-        return await ctx.generate(request)
-
-    def get_extras(self, rollout: Rollout) -> dict[str, Any]:
-        """What the rubric may read of this episode besides the rollout (a reference answer, a
-        child episode's pass rate): the one bridge from episode state to the rubric. Its numbers
-        are also logged (averaged per episode name)."""
-        return dict(rollout.metrics)
 
 
 @dataclass
@@ -141,41 +97,6 @@ class GameEpisode(Episode):
         for reason in CUT_OFF_REASONS:
             rollout.metrics[reason] = float(cut_off == reason)
         return rollout
-
-
-@dataclass
-class SingleTurnEpisode(Episode):
-    """One prompt, one completion: a question answered, a proposal written.
-
-    ``extras`` is handed to the rubric as is (the reference answer of the question, say); the
-    completion's text is added to it as ``"completion"``. A refused prompt (longer than the
-    model's context) gives a rollout with the refused completion's empty tokens: it never trains.
-    """
-
-    name: str
-    messages: list[dict[str, str]]
-    rubric: Rubric
-    role: str = "assistant"
-    policy: PolicyRef = LEARNER
-    extras: dict[str, Any] = field(default_factory=dict)
-    system_prompt: str | None = None
-
-    @property
-    def roles(self) -> list[Role]:  # type: ignore[override]
-        return [Role(self.role, self.system_prompt)]
-
-    async def rollout(self, ctx: EpisodeContext) -> Rollout:
-        messages = list(self.messages)
-        if self.system_prompt:
-            messages.insert(0, {"role": "system", "content": self.system_prompt})
-        completion = await self.generate(ctx, ModelRequest(self.role, messages, self.policy))
-        return Rollout(episode=self.name, steps=[Step(self.role, completion)], seats={self.role: self.policy})
-
-    def get_extras(self, rollout: Rollout) -> dict[str, Any]:
-        extras = {**self.extras, **rollout.metrics}
-        if rollout.steps:
-            extras["completion"] = rollout.steps[-1].completion.text
-        return extras
 
 
 CUT_OFF_REASONS = ("cut_off_turns", "cut_off_prompt")

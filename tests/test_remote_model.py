@@ -1,0 +1,217 @@
+"""The OpenAI-compatible client against a real HTTP server on loopback.
+
+``ScriptedOpenAIServer`` is a test double of the far end only: a real ``http.server`` speaking the
+chat-completions protocol, scripted to fail, stall or answer, so that the real client (the
+``openai`` package's HTTP stack, our error handling, the arena's routing) is what is tested.
+"""
+
+import json
+import re
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sp_lightning.arena import Arena, to_records
+from sp_lightning.credit import EpisodicRewardCredit
+from sp_lightning.episodes import SingleTurnEpisode
+from sp_lightning.games import GameSettings, parse_policy
+from sp_lightning.judges import Judge
+from sp_lightning.rollout.base import SamplingSettings
+from sp_lightning.rollout.remote import RemoteModel, RemoteModelError
+from sp_lightning.rubric import Rubric
+from sp_lightning.types import PolicyRef
+from tests.test_arena import ScriptedWorker
+
+
+class ScriptedOpenAIServer:
+    """Answers ``POST /v1/chat/completions`` with ``answer(body)``; the first ``fail_first``
+    requests get HTTP ``status`` (with a 1 ms retry-after), the first ``slow_first`` wait
+    ``delay`` seconds before answering; ``GET /v1/version`` answers ``{"version": 7}``."""
+
+    def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0):
+        self.answer, self.fail_first, self.status = answer, fail_first, status
+        self.slow_first, self.delay = slow_first, delay
+        self.hits = 0
+        self.bodies = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, payload, headers=()):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"version": 7})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                with server.lock:
+                    server.hits += 1
+                    hit = server.hits
+                    server.bodies.append(body)
+                if hit <= server.fail_first:
+                    self._send(server.status, {"error": {"message": "scripted failure"}}, [("retry-after-ms", "1")])
+                    return
+                if hit <= server.slow_first:
+                    time.sleep(server.delay)
+                self._send(200, {"id": f"c{hit}", "object": "chat.completion", "created": 0, "model": body["model"],
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": server.answer(body)}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(**kwargs):
+        servers.append(ScriptedOpenAIServer(**kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _ask(model):
+    return model.complete([{"role": "user", "content": "hi"}], SamplingSettings(max_new_tokens=4))
+
+
+def test_server_errors_are_retried_until_an_answer(serve):
+    server = serve(answer=lambda body: "pong", fail_first=2)
+    assert _ask(RemoteModel(server.url, "m", max_retries=3)) == "pong"
+    assert server.hits == 3
+    assert server.bodies[-1]["model"] == "m" and server.bodies[-1]["max_tokens"] == 4
+
+
+def test_a_slow_answer_times_out_and_is_retried(serve):
+    server = serve(answer=lambda body: "late but here", slow_first=1, delay=1.5)
+    assert _ask(RemoteModel(server.url, "m", timeout=0.5, max_retries=2)) == "late but here"
+    assert server.hits == 2
+
+
+def test_a_server_that_keeps_failing_gives_an_error_naming_the_url(serve):
+    server = serve(fail_first=10**6, status=503)
+    with pytest.raises(RemoteModelError, match=re.escape(server.url) + r".*HTTP 503 after 2 retries"):
+        _ask(RemoteModel(server.url, "m", max_retries=2))
+    assert server.hits == 3
+
+
+def test_a_server_that_is_down_gives_an_error_naming_the_url():
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    with pytest.raises(RemoteModelError, match=re.escape(url) + r": no answer after 1 retries"):
+        _ask(RemoteModel(url, "m", max_retries=1, timeout=2.0))
+
+
+def test_bad_settings_name_what_was_expected():
+    with pytest.raises(ValueError, match="base_url must start with http"):
+        RemoteModel("localhost:8000", "m")
+    with pytest.raises(ValueError, match="max_concurrency >= 1"):
+        RemoteModel("http://x", "m", max_concurrency=0)
+    assert parse_policy("remote:grader") == PolicyRef("remote", "grader")
+
+
+def _first_legal_move(body):
+    return re.findall(r"\[\d\]", body["messages"][-1]["content"])[0]
+
+
+def test_a_remote_model_plays_a_seat_and_never_trains(serve):
+    """8 Tic-Tac-Toe games, the learner (local, scripted) against a remote opponent that plays
+    the first legal move: the remote seat's moves are steps but never records, and the local
+    model's moves still go out in one generate call per turn."""
+    server = serve(answer=_first_legal_move)
+    worker = ScriptedWorker()
+    remote = RemoteModel(server.url, "opponent", version_url=server.url + "/version")
+    arena = Arena(worker, SamplingSettings(), remotes={"opp": remote})
+    game = GameSettings(id="tictactoe_v1")
+    episodes = [game.episode({"player_0": PolicyRef("learner"), "player_1": PolicyRef("remote", "opp")})
+                for _ in range(8)]
+    rollouts = arena.play(episodes, seeds=list(range(8)))
+    remote_steps = [s for r in rollouts for s in r.steps if s.role == "player_1"]
+    assert remote_steps and server.hits == len(remote_steps)
+    assert not any(s.info["invalid_move"] for s in remote_steps)
+    assert all(s.completion.policy_version == 7 for s in remote_steps)  # read from the version endpoint
+    assert max(len(call) for call in worker.calls) == 8  # the 8 learners' moves batched together
+    EpisodicRewardCredit().assign(rollouts)
+    records = to_records(rollouts)
+    assert len(records) == sum(1 for r in rollouts for s in r.steps if s.role == "player_0")
+    remote.close()
+
+
+def test_a_remote_judge(serve):
+    server = serve(answer=lambda body: "yes")
+    judge = Judge(prompt=lambda rollout, extras: [{"role": "user", "content": "Good answer?"}],
+                  verdict=lambda text, rollout: {"assistant": float(text == "yes")}, policy="remote:grader")
+    episode = SingleTurnEpisode(name="qa", messages=[{"role": "user", "content": "2+2?"}],
+                                rubric=Rubric(outcome=[(judge, 1.0)]))
+    arena = Arena(ScriptedWorker(answer="4"), SamplingSettings(),
+                  remotes={"grader": RemoteModel(server.url, "judge-model")})
+    (rollout,) = arena.play([episode], seeds=[0])
+    assert rollout.rewards == {"assistant": 1.0}
+    assert rollout.judgements[0]["policy"] == "remote:grader" and server.hits == 1
+
+
+def test_an_unknown_remote_model_is_a_clear_error():
+    episode = SingleTurnEpisode(name="qa", messages=[{"role": "user", "content": "hi"}], rubric=Rubric(),
+                                policy=PolicyRef("remote", "nobody"))
+    with pytest.raises(ValueError, match="no remote model named 'nobody'.*data.remote_models"):
+        Arena(ScriptedWorker(), SamplingSettings()).play([episode], seeds=[0])
+
+
+def test_the_local_batch_goes_while_a_remote_answer_is_on_the_way(serve):
+    """One slow remote question (1 s) and four local ones: the remote request is sent first, and
+    the four local answers are generated in one call before the remote answer is back."""
+    server = serve(answer=lambda body: "remote", slow_first=1, delay=1.0)
+    received = []
+    original = server.answer
+
+    def answer(body):
+        received.append(time.monotonic())
+        return original(body)
+
+    server.answer = answer
+    worker = ScriptedWorker(answer="local")
+    generated_at = []
+    generate = worker.generate
+
+    def timed_generate(requests, sampling):
+        generated_at.append(time.monotonic())
+        return generate(requests, sampling)
+
+    worker.generate = timed_generate
+    remote = RemoteModel(server.url, "slow")
+    episodes = [SingleTurnEpisode(name="qa", messages=[{"role": "user", "content": "?"}], rubric=Rubric(),
+                                  policy=PolicyRef("remote", "slow"))]
+    episodes += [SingleTurnEpisode(name="qa", messages=[{"role": "user", "content": "?"}], rubric=Rubric())
+                 for _ in range(4)]
+    start = time.monotonic()
+    rollouts = Arena(worker, SamplingSettings(), remotes={"slow": remote}).play(episodes, seeds=list(range(5)))
+    remote.close()
+    assert [len(call) for call in worker.calls] == [4]
+    assert generated_at[0] - start < 0.9  # the local batch did not wait for the 1 s remote answer
+    assert received and received[0] - start >= 1.0  # the remote answer came after its delay
+    assert rollouts[0].steps[0].completion.text == "remote"
