@@ -270,11 +270,11 @@ class SimpleNegotiationEnv(TextGameEnv):
         turn = min(g.turn + 1, g.max_turns)
         lines = [
             f"Simple Negotiation, turn {turn} of {g.max_turns}. You are player {seat}.",
-            f"Your inventory: {_inventory(g.inventories[seat])} (value {worth}, {gain:+d} so far).",
+            f"Your inventory: {inventory_text(g.inventories[seat])} (value {worth}, {gain:+d} so far).",
             "Your values (private): "
             + ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, g.values[seat]))
             + ".",
-            f"Player {other}'s inventory: {_inventory(g.inventories[other])}.",
+            f"Player {other}'s inventory: {inventory_text(g.inventories[other])}.",
             f"History: {_history(g)}",
         ]
         if not self._game_over():
@@ -291,7 +291,7 @@ class SimpleNegotiationEnv(TextGameEnv):
         lines = [f"Simple Negotiation (spectator view), {g.turn} of {g.max_turns} turns played."]
         for seat, gain in enumerate(g.gains()):
             values = ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, g.values[seat]))
-            inventory = _inventory(g.inventories[seat])
+            inventory = inventory_text(g.inventories[seat])
             lines.append(f"player {seat}: {inventory}; values {values}; gain {gain:+d}.")
         lines.append(f"History: {_history(g)}")
         if g.pending is not None and not g.is_terminal:
@@ -299,7 +299,8 @@ class SimpleNegotiationEnv(TextGameEnv):
         return "\n".join(lines)
 
 
-def _inventory(units: Sequence[int]) -> str:
+def inventory_text(units: Sequence[int]) -> str:
+    """Units per resource, every resource named: ``2 wheat, 0 wood, ...``."""
     return ", ".join(f"{n} {r}" for n, r in zip(units, RESOURCES))
 
 

@@ -39,8 +39,8 @@ class _Context:
         """A nested episode in the same task: the parent simply waits for it, and gets it back
         scored by its own rubric. ``trainable=False``: its steps inform the parent (through
         ``get_extras``) and never train."""
-        rollout = await play_and_score(episode, _Context(self._run, seed))
-        return _as_child(rollout, trainable)
+        (rollout,) = await self.run_many([episode], [seed], trainable)
+        return rollout
 
     async def run_many(self, episodes: Sequence[Episode], seeds: Sequence[int],
                        trainable: bool = True) -> list[Rollout]:
@@ -63,7 +63,8 @@ async def play_and_score(episode: Episode, ctx: _Context) -> Rollout:
     model calls join the batch of whatever else is pending, and a parent reads its children's
     rewards as soon as they return."""
     rollout = await episode.rollout(ctx)
-    await episode.rubric.ascore(rollout, ctx=ctx, extras=episode.get_extras(rollout))
+    rollout.extras = episode.get_extras(rollout)  # once: the rubric reads it, the batch's metrics log it
+    await episode.rubric.ascore(rollout, ctx=ctx, extras=rollout.extras)
     return rollout
 
 
@@ -195,7 +196,7 @@ class Arena:
         elapsed = time.perf_counter() - start
         credit.assign(rollouts)
         records = to_records(rollouts)
-        metrics = rollout_metrics(episodes, rollouts)
+        metrics = rollout_metrics(rollouts)
         generated = getattr(self.worker, "generated_tokens", 0) - tokens_before
         metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
         metrics["rollout/seconds"] = elapsed
@@ -248,11 +249,11 @@ def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
     return records
 
 
-def rollout_metrics(episodes: Sequence[Episode], rollouts: Sequence[Rollout]) -> dict[str, float]:
-    """Per episode name: the mean of every extra metric, and the mean reward per role."""
+def rollout_metrics(rollouts: Sequence[Rollout]) -> dict[str, float]:
+    """Per episode name: the mean of every number among the extras, and the mean reward per role."""
     sums: dict[str, list[float]] = defaultdict(list)
-    for episode, rollout in zip(episodes, rollouts):
-        for key, value in episode.get_extras(rollout).items():
+    for rollout in rollouts:
+        for key, value in rollout.extras.items():
             if isinstance(value, (int, float)):  # numbers are logged; other extras are for the rubric
                 sums[f"{rollout.episode}/{key}"].append(float(value))
         for role, reward in rollout.rewards.items():

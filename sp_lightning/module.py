@@ -190,6 +190,16 @@ def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None =
                       loss_mask, old_logprobs, advantages)
 
 
+@dataclass
+class _MicroBatch:
+    """One micro-batch of a training step: its records, their collated tensors, and the
+    legal-move mask (built on the first pass that needs it, reused by later passes)."""
+
+    records: list[TrainingRecord]
+    tensors: TrainBatch
+    legal: tuple | None = None
+
+
 class SelfPlayModule(L.LightningModule):
     def __init__(
         self,
@@ -300,23 +310,20 @@ class SelfPlayModule(L.LightningModule):
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)
             return None
+        # collated once, reused by every pass; each micro-batch's legal-move mask is built on
+        # first use and kept for the later passes
+        pad = self.tokenizer.pad_token_id
+        micro_batches = [
+            _MicroBatch(chunk, collate(chunk, pad, self.max_train_tokens).to(self.device))
+            for chunk in (records[i : i + self.micro_batch_size] for i in range(0, len(records), self.micro_batch_size))
+        ]
+        num_tokens = sum(sum(r.action_mask) for r in records)
         totals: dict[str, float] = {}
         passes = 0  # passes that ended in an optimizer step
-        for epoch in range(self.update_epochs):
-            pass_totals = self._accumulate_gradients(records)
-            # ---- optimizer step ----
-            trainable = [p for p in self.model.parameters() if p.requires_grad]
-            if self.optim.grad_clip:
-                grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
-            else:
-                grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
-            pass_totals["grad_norm"] = float(grad_norm)
-            if not (math.isfinite(pass_totals["loss"]) and math.isfinite(pass_totals["grad_norm"])):
-                self._skip_nonfinite_step(opt, records, pass_totals)
+        for _ in range(self.update_epochs):
+            pass_totals = self._accumulate_gradients(micro_batches, num_tokens, len(records))
+            if not self._optimizer_step(opt, records, pass_totals):
                 break  # keep what the earlier passes learnt, if any
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            self.lr_schedulers().step()
             totals, passes = pass_totals, passes + 1
         if passes == 0:  # nothing learnt from this batch
             self._log_rollout(batch.metrics)
@@ -345,17 +352,15 @@ class SelfPlayModule(L.LightningModule):
         self._log_rollout(batch.metrics)
         return None
 
-    def _accumulate_gradients(self, records: list[TrainingRecord]) -> dict[str, float]:
-        """One pass of the loss over ``records`` in micro-batches, the gradients accumulated for
-        one optimizer step; returns the pass's diagnostics (token-weighted) and its summed loss."""
-        num_tokens = sum(sum(r.action_mask) for r in records)
+    def _accumulate_gradients(self, micro_batches: list[_MicroBatch], num_tokens: int,
+                              num_records: int) -> dict[str, float]:
+        """One pass of the loss over the batch's micro-batches, the gradients accumulated for one
+        optimizer step; returns the pass's diagnostics (token-weighted) and its summed loss."""
         s = self.loss_settings
         totals: dict[str, float] = {}
-        pad = self.tokenizer.pad_token_id
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
-        for i in range(0, len(records), self.micro_batch_size):
-            chunk = records[i : i + self.micro_batch_size]
-            mb = collate(chunk, pad, self.max_train_tokens).to(self.device)
+        for micro in micro_batches:
+            mb = micro.tensors
             logprobs, logits = self.sequence_logprobs(mb)
             ref_logprobs = None
             if s.kl_coef > 0 and self.uses_adapter:
@@ -364,7 +369,9 @@ class SelfPlayModule(L.LightningModule):
             entropy_coef = s.entropy_coef_at(self.global_step)
             entropy_logits = logits if entropy_coef else logits.detach()  # no graph for a diagnostic
             if uses_legal_moves:
-                first_position, legal_mask, known = self._legal_moves(chunk, mb, logits.shape[-1])
+                if micro.legal is None:
+                    micro.legal = self._legal_moves(micro.records, mb, logits.shape[-1])
+                first_position, legal_mask, known = micro.legal
             if s.entropy_over == "legal_moves":
                 entropy = legal_move_entropy(entropy_logits, first_position, legal_mask)  # (B, K)
             else:
@@ -372,19 +379,37 @@ class SelfPlayModule(L.LightningModule):
             loss, diag = policy_gradient_loss(
                 logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask,
                 clip_low=s.clip_low, clip_high=s.clip_high, aggregation=s.aggregation,
-                num_tokens=num_tokens, num_sequences=len(records), max_length=s.max_length,
+                num_tokens=num_tokens, num_sequences=num_records, max_length=s.max_length,
                 ref_logprobs=ref_logprobs, kl_coef=s.kl_coef, entropy=entropy, entropy_coef=entropy_coef,
             )
             if s.magnet_coef:
                 magnet = legal_magnet_kl(logits, first_position, legal_mask) * known  # (B,)
                 diag["magnet_kl"] = masked_mean(magnet.detach(), known)
-                loss = loss + s.magnet_coef_at(self.global_step) * magnet.sum() / len(records)
+                loss = loss + s.magnet_coef_at(self.global_step) * magnet.sum() / num_records
             self.manual_backward(loss)
             weight = mb.loss_mask.sum().item() / max(num_tokens, 1)
             for key, value in diag.items():
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
         return totals
+
+    def _optimizer_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> bool:
+        """Clip and step on the accumulated gradients (``totals`` gains ``grad_norm``); a
+        non-finite loss or gradient skips the step instead (see _skip_nonfinite_step). Returns
+        whether the weights moved."""
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if self.optim.grad_clip:
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
+        else:
+            grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
+        totals["grad_norm"] = float(grad_norm)
+        if not (math.isfinite(totals["loss"]) and math.isfinite(totals["grad_norm"])):
+            self._skip_nonfinite_step(opt, records, totals)
+            return False
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.lr_schedulers().step()
+        return True
 
     def _skip_nonfinite_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> None:
         """Drop this step's gradient (the weights, the optimizer state and the learning-rate

@@ -112,6 +112,9 @@ class Rollout:
     group: str | None = None
     level: int = 0
     children: list[Rollout] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)
+    """What the episode's ``get_extras`` gave when the rollout was scored: the rubric read it,
+    and its numbers are the batch's per-episode metrics."""
     state: Any = None
     """The episode's own final state where it keeps one (a chat episode's ``ChatState``), for
     its ``get_extras``; never trained on or logged as is."""

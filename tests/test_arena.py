@@ -6,28 +6,11 @@ from sp_lightning.arena import Arena, to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import Episode
 from sp_lightning.games import GameSettings
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rubric import Rubric
-from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef, Rollout, Step
+from sp_lightning.types import LEARNER, ModelRequest, PolicyRef, Rollout, Step
 from envs import BOTS
-
-
-class ScriptedWorker(RolloutWorker):
-    """Test double: answers each request with the first legal move (or a fixed text), and
-    records every generate call so the tests can count how requests were coalesced."""
-
-    def __init__(self, answer=None):
-        self.calls: list[list[ModelRequest]] = []
-        self.answer = answer
-
-    def generate(self, requests, sampling):
-        self.calls.append(list(requests))
-        out = []
-        for r in requests:
-            text = self.answer if self.answer is not None else r.legal_actions[0]
-            out.append(Completion(text=text, prompt_ids=[1, 2], completion_ids=[3, 4], logprobs=[-0.5, -0.1],
-                                  policy=r.policy))
-        return out
+from tests.helpers import ScriptedWorker
 
 
 def _bots():

@@ -12,7 +12,8 @@ from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rollout.hf import HFRolloutWorker
 from sp_lightning.types import LEARNER, PROMPT_TOO_LONG, ModelRequest
-from test_arena import ScriptedWorker, _bots
+from test_arena import _bots
+from tests.helpers import ScriptedWorker
 
 
 @pytest.fixture(autouse=True)

@@ -9,23 +9,15 @@ from sp_lightning.arena import Arena, to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import ENV, AlternatingRolesEpisode, ChatState, Message, MultiTurnEpisode
 from sp_lightning.protocols.negotiation import SEATS, Negotiation, NegotiationEpisode
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rubric import Rubric
-from sp_lightning.types import LEARNER, Completion, PolicyRef
+from sp_lightning.types import LEARNER, PolicyRef
+from tests.helpers import ScriptedWorker, fit_batches
 
 
-class ScriptedChatWorker(RolloutWorker):
-    """Test double: answers each request with ``answer(request)`` and keeps every generate call,
-    so that the tests can read every prompt that was sent and count the batches."""
-
-    def __init__(self, answer):
-        self.answer = answer
-        self.calls = []
-
-    def generate(self, requests, sampling):
-        self.calls.append(list(requests))
-        return [Completion(text=self.answer(r), prompt_ids=[1, 2], completion_ids=[3], logprobs=[-0.5],
-                           policy=r.policy) for r in requests]
+def _chat_worker(answer):
+    """Every message is one token (3)."""
+    return ScriptedWorker(answer=answer, completion_ids=[3])
 
 
 def _everyone_scores_zero(rollout):
@@ -54,7 +46,7 @@ def _secrets_episode(max_turns=6):
 
 
 def test_a_private_observation_never_reaches_another_role_or_the_transcript():
-    worker = ScriptedChatWorker(lambda r: f"ok {r.role}")
+    worker = _chat_worker(lambda r: f"ok {r.role}")
     rollouts = Arena(worker, SamplingSettings()).play([_secrets_episode() for _ in range(4)], seeds=[0, 1, 2, 3])
     prompts = [(r.role, "\n".join(m["content"] for m in r.messages)) for call in worker.calls for r in call]
     assert len(prompts) == 4 * 6
@@ -77,7 +69,7 @@ def test_a_private_observation_never_reaches_another_role_or_the_transcript():
 
 
 def test_roles_take_turns_and_read_the_transcript_from_their_own_side():
-    worker = ScriptedChatWorker(lambda r: f"ok {r.role}")
+    worker = _chat_worker(lambda r: f"ok {r.role}")
     (rollout,) = Arena(worker, SamplingSettings()).play([_secrets_episode(max_turns=4)], seeds=[7])
     assert [s.role for s in rollout.steps] == ["a", "b", "c", "a"]
     a_second_turn = worker.calls[3][0]
@@ -99,7 +91,7 @@ def test_is_done_ends_the_loop_before_max_turns():
         def is_done(self, state):
             return any("stop" in m.text for m in state.transcript if m.speaker != ENV)
 
-    worker = ScriptedChatWorker(lambda r: "stop" if r.role == "b" else "go")
+    worker = _chat_worker(lambda r: "stop" if r.role == "b" else "go")
     episode = _Stop(name="stop", rubric=Rubric(outcome=[(_everyone_scores_zero, 1.0)]),
                     seats={"a": LEARNER, "b": LEARNER, "c": LEARNER}, max_turns=10)
     (rollout,) = Arena(worker, SamplingSettings()).play([episode], seeds=[0])
@@ -111,7 +103,7 @@ def test_alternating_roles_need_two_roles_and_alternate():
     with pytest.raises(ValueError, match="exactly two roles"):
         AlternatingRolesEpisode(name="x", rubric=rubric, seats={"a": LEARNER})
     episode = AlternatingRolesEpisode(name="x", rubric=rubric, seats={"a": LEARNER, "b": LEARNER}, max_turns=5)
-    (rollout,) = Arena(ScriptedChatWorker(lambda r: "hi"), SamplingSettings()).play([episode], seeds=[0])
+    (rollout,) = Arena(_chat_worker(lambda r: "hi"), SamplingSettings()).play([episode], seeds=[0])
     assert [s.role for s in rollout.steps] == ["a", "b", "a", "b", "a"]
 
 
@@ -134,7 +126,7 @@ def _values_line(rollout, seat):
 
 
 def test_negotiation_valuations_reach_only_their_owner():
-    worker = ScriptedChatWorker(lambda r: "I propose a fair deal. [pass]")
+    worker = _chat_worker(lambda r: "I propose a fair deal. [pass]")
     episodes = [NegotiationEpisode(max_turns=6) for _ in range(8)]
     rollouts = Arena(worker, SamplingSettings()).play(episodes, seeds=list(range(8)))
     requests = [r for call in worker.calls for r in call]
@@ -164,7 +156,7 @@ def test_a_negotiated_trade_moves_the_goods_and_pays_the_gains():
     offer = f"[offer: 1 {names[give]} -> 1 {names[get]}]"
     script = {"player_0": [f"Deal? {offer}", "[pass]"], "player_1": ["Sure. [accept]", "nothing to say"]}
     turns = {seat: iter(answers) for seat, answers in script.items()}
-    worker = ScriptedChatWorker(lambda r: next(turns[r.role]))
+    worker = _chat_worker(lambda r: next(turns[r.role]))
     (rollout,) = Arena(worker, SamplingSettings()).play([NegotiationEpisode(max_turns=4)], seeds=[seed])
     final = rollout.state.data["rules"]
     assert final.inventories[0][give] == rules.inventories[0][give] - 1
@@ -181,7 +173,7 @@ def test_a_negotiated_trade_moves_the_goods_and_pays_the_gains():
 def test_negotiation_against_a_bot_trains_only_the_learner_seat():
     from envs import make_bots
 
-    worker = ScriptedChatWorker(lambda r: "[pass]")
+    worker = _chat_worker(lambda r: "[pass]")
     source = Negotiation(max_turns=6, opponent="bot:random")
     requests = source.get_batch(random.Random(0), 4)
     arena = Arena(worker, SamplingSettings(), bots=make_bots(0))
@@ -196,16 +188,9 @@ def test_negotiation_against_a_bot_trains_only_the_learner_seat():
 
 
 def test_negotiation_fit_batches_hold_one_record_per_message(tmp_path):
-    from sp_lightning.cli import build_from_config, make_trainer
-    from tests.test_proposer_solver import _KeepBatches
-
-    module, dm = build_from_config("--config", "configs/negotiation_tiny.yaml", "--data.episodes_per_batch", "4")
-    keep = _KeepBatches()
-    trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                           default_root_dir=str(tmp_path), callbacks=[keep])
-    trainer.fit(module, datamodule=dm)
-    assert len(keep.batches) == 2
-    for batch in keep.batches:
+    _, batches = fit_batches("configs/negotiation_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "4")
+    assert len(batches) == 2
+    for batch in batches:
         assert len(batch.records) == 4 * 6  # both traders are the learner: every message trains
         assert all(len(r.steps) == 6 for r in batch.rollouts)
         assert "negotiation/invalid_move_rate" in batch.metrics

@@ -8,23 +8,15 @@ from sp_lightning.arena import Arena, to_records
 from sp_lightning.credit import GRPO
 from sp_lightning.judges import JUDGE
 from sp_lightning.protocols.debate import CON, PRO, Debate, DebateEpisode, verdict_rewards
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
-from sp_lightning.types import Completion, Rollout
+from sp_lightning.rollout.base import SamplingSettings
+from sp_lightning.types import Rollout
+from tests.helpers import ScriptedWorker, fit_batches
 
 
-class ScriptedDebateWorker(RolloutWorker):
-    """Test double: a debater says "I argue as <role>" (completion token 3), the judge answers
-    ``verdict`` (token 9); every generate call is kept to count the batches."""
-
-    def __init__(self, verdict="[1]"):
-        self.verdict = verdict
-        self.calls = []
-
-    def generate(self, requests, sampling):
-        self.calls.append(list(requests))
-        return [Completion(text=self.verdict if r.role == JUDGE else f"I argue as {r.role}", prompt_ids=[1, 2],
-                           completion_ids=[9] if r.role == JUDGE else [3], logprobs=[-0.3], policy=r.policy)
-                for r in requests]
+def debate_worker(verdict="[1]"):
+    """A debater says "I argue as <role>" (token 3), the judge answers ``verdict`` (token 9)."""
+    return ScriptedWorker(answer=lambda r: verdict if r.role == JUDGE else f"I argue as {r.role}",
+                          completion_ids=lambda r: [9] if r.role == JUDGE else [3])
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -47,7 +39,7 @@ def test_a_verdict_naming_both_is_a_draw_and_names_follow_the_draw_of_sides():
 def test_judge_calls_batch_together_and_only_debaters_train():
     """8 debates of 2 rounds: four generate calls of 8 arguments, then one of 8 verdicts; 32
     records, all arguments; Debater B wins every debate: con where con was B, pro where pro was."""
-    worker = ScriptedDebateWorker(verdict="B wins: [1]")
+    worker = debate_worker(verdict="B wins: [1]")
     episodes = [DebateEpisode(topic=f"topic {i}", rounds=2) for i in range(8)]
     rollouts = Arena(worker, SamplingSettings()).play(episodes, seeds=list(range(8)))
     assert [len(call) for call in worker.calls] == [8, 8, 8, 8, 8]
@@ -65,7 +57,7 @@ def test_judge_calls_batch_together_and_only_debaters_train():
 
 
 def test_the_judge_reads_the_arguments_under_neutral_names():
-    worker = ScriptedDebateWorker()
+    worker = debate_worker()
     (rollout,) = Arena(worker, SamplingSettings()).play([DebateEpisode(topic="Tea beats coffee.", rounds=1)],
                                                          seeds=[0])
     judge_prompt = "\n".join(m["content"] for m in worker.calls[-1][0].messages)
@@ -93,17 +85,10 @@ def test_a_bot_judge_is_refused_at_construction():
 
 
 def test_fit_batches_hold_one_record_per_argument_and_none_for_the_judge(tmp_path):
-    from sp_lightning.cli import build_from_config, make_trainer
-    from tests.test_proposer_solver import _KeepBatches
-
-    module, dm = build_from_config("--config", "configs/debate_tiny.yaml", "--data.episodes_per_batch", "6",
-                                   "--data.sampling.max_new_tokens", "8")
-    keep = _KeepBatches()
-    trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                           default_root_dir=str(tmp_path), callbacks=[keep])
-    trainer.fit(module, datamodule=dm)
-    assert len(keep.batches) == 2
-    for batch in keep.batches:
+    _, batches = fit_batches("configs/debate_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "6",
+                             "--data.sampling.max_new_tokens", "8")
+    assert len(batches) == 2
+    for batch in batches:
         assert len(batch.records) == 6 * 4  # 2 rounds x 2 debaters, every argument with tokens
         assert all(len(r.judgements) == 1 for r in batch.rollouts)
         for rollout in batch.rollouts:

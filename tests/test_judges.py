@@ -6,23 +6,15 @@ from sp_lightning.arena import Arena, to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import SingleTurnEpisode
 from sp_lightning.judges import JUDGE, Judge
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rubric import Rubric
-from sp_lightning.types import Completion
+from tests.helpers import ScriptedWorker
 
 
-class ScriptedJudgeWorker(RolloutWorker):
-    """Test double: an answerer says "four", a judge says "yes"; every generate call is kept so
-    that the tests can count how requests were batched."""
-
-    def __init__(self):
-        self.calls = []
-
-    def generate(self, requests, sampling):
-        self.calls.append(list(requests))
-        return [Completion(text="yes" if r.role == JUDGE else "four", prompt_ids=[1, 2],
-                           completion_ids=[9] if r.role == JUDGE else [3], logprobs=[-0.1], policy=r.policy)
-                for r in requests]
+def judge_worker():
+    """An answerer says "four" (token 3), a judge says "yes" (token 9)."""
+    return ScriptedWorker(answer=lambda r: "yes" if r.role == JUDGE else "four",
+                          completion_ids=lambda r: [9] if r.role == JUDGE else [3])
 
 
 def _grader(policy="base"):
@@ -43,7 +35,7 @@ def _question(rubric, n):
 def test_judge_calls_batch_together_and_never_become_records(policy):
     """8 questions: one generate call for the 8 answers, one for the 8 verdicts; 8 records, all
     of them answers, even when the learner itself judges."""
-    worker = ScriptedJudgeWorker()
+    worker = judge_worker()
     arena = Arena(worker, SamplingSettings())
     rubric = Rubric(outcome=[(_grader(policy), 1.0)])
     rollouts = arena.play([_question(rubric, n) for n in range(8)], seeds=list(range(8)))

@@ -173,16 +173,11 @@ def test_loss_settings_check_entropy_over():
 def test_update_epochs_take_several_optimizer_steps_on_each_batch(tmp_path):
     """update_epochs 2: four optimizer steps come from two batches, and the second pass on a batch
     sees a policy that moved since the batch was played (approx KL above 0)."""
-    from sp_lightning.cli import build_from_config, make_trainer
-    from tests.test_proposer_solver import _KeepBatches
+    from tests.helpers import fit_batches
 
-    module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--model.update_epochs", "2",
+    trainer, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 4, "--model.update_epochs", "2",
                                    "--data.episodes_per_batch", "4", "--model.optimizer.lr", "0.01")
-    keep = _KeepBatches()
-    trainer = make_trainer(max_steps=4, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                           default_root_dir=str(tmp_path), callbacks=[keep])
-    trainer.fit(module, datamodule=dm)
-    assert trainer.global_step == 4 and len(keep.batches) == 2
+    assert trainer.global_step == 4 and len(batches) == 2
     assert trainer.callback_metrics["train/approx_kl"] > 0
     with pytest.raises(ValueError, match="model.update_epochs: expected an int >= 1"):
         SelfPlayModule(update_epochs=0)

@@ -1,44 +1,37 @@
 """Proposer / solver: nested solver episodes, their grouping, and a proposer that learns."""
 
 import os
+import random
 
-import lightning as L
 import pytest
 
 from sp_lightning.arena import Arena, to_records
 from sp_lightning.credit import GRPO
 from sp_lightning.protocols.proposer_solver import PROPOSER, SOLVER, ProposerSolver, SumSolverBot
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
-from sp_lightning.types import Completion
+from sp_lightning.rollout.base import SamplingSettings
+from tests.helpers import ScriptedWorker, fit_batches
 
 CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "proposer_solver_tiny.yaml")
 
 
-class ScriptedProposalsWorker(RolloutWorker):
-    """Test double: proposers answer the scripted proposals in turn; a solver answers the
-    right sum when its question is the 2-number one, else 0."""
+def proposals_worker(proposals):
+    """Proposers answer the scripted proposals in turn; a solver answers the right sum when its
+    question is the 2-number one, else 0."""
+    proposals = list(proposals)
 
-    def __init__(self, proposals):
-        self.proposals = list(proposals)
-        self.calls = []
+    def answer(r):
+        if r.role == PROPOSER:
+            return proposals.pop(0)
+        numbers = [int(n) for n in r.messages[-1]["content"].split("?")[0].split() if n.isdigit()]
+        return str(sum(numbers)) if len(numbers) == 2 else "0"
 
-    def generate(self, requests, sampling):
-        self.calls.append(list(requests))
-        out = []
-        for r in requests:
-            if r.role == PROPOSER:
-                text = self.proposals.pop(0)
-            else:
-                numbers = [int(n) for n in r.messages[-1]["content"].split("?")[0].split() if n.isdigit()]
-                text = str(sum(numbers)) if len(numbers) == 2 else "0"
-            out.append(Completion(text=text, prompt_ids=[1], completion_ids=[2], logprobs=[-1.0], policy=r.policy))
-        return out
+    return ScriptedWorker(answer=answer, completion_ids=[2])
 
 
 def _play(source, proposals, seeds):
-    worker = ScriptedProposalsWorker(proposals)
+    worker = proposals_worker(proposals)
     arena = Arena(worker, SamplingSettings(), bots=source.bots(0))
-    requests = source.get_batch(__import__("random").Random(0), len(proposals))
+    requests = source.get_batch(random.Random(0), len(proposals))
     rollouts = arena.play([r.episode for r in requests], seeds)
     return worker, rollouts
 
@@ -95,23 +88,8 @@ def test_scripted_solver_passes_longer_sums_less_often():
         ProposerSolver(solver_accuracy=0.0)
 
 
-class _KeepBatches(L.Callback):
-    def __init__(self):
-        self.batches = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.batches.append(pl_module.last_batch)
-
-
 def _fit(tmp_path, steps, *overrides):
-    from sp_lightning.cli import build_from_config, make_trainer
-
-    module, dm = build_from_config("--config", CONFIG, "--data.episodes_per_batch", "8", *overrides)
-    keep = _KeepBatches()
-    trainer = make_trainer(max_steps=steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                           default_root_dir=str(tmp_path), callbacks=[keep])
-    trainer.fit(module, datamodule=dm)
-    return keep.batches
+    return fit_batches(CONFIG, tmp_path, steps, "--data.episodes_per_batch", "8", *overrides)[1]
 
 
 @pytest.mark.parametrize("solver_trains", [True, False])

@@ -23,7 +23,7 @@ from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel, RemoteModelError
 from sp_lightning.rubric import Rubric
 from sp_lightning.types import PolicyRef
-from tests.test_arena import ScriptedWorker
+from tests.helpers import ScriptedWorker
 
 
 class ScriptedOpenAIServer:

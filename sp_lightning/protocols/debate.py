@@ -70,6 +70,11 @@ def judge_prompt(rollout: Rollout, extras: dict[str, Any]) -> list[dict[str, str
     ]
 
 
+def debate_rubric(judge: str | PolicyRef) -> Rubric:
+    """The judge's verdict as the only reward (a bot judge is refused: a Judge calls a model)."""
+    return Rubric(outcome=[(Judge(judge_prompt, verdict_rewards, policy=judge), 1.0)])
+
+
 @dataclass(kw_only=True)
 class DebateEpisode(AlternatingRolesEpisode):
     """One debate on ``topic``; ``rounds`` turns for each side (see the module docstring)."""
@@ -78,7 +83,7 @@ class DebateEpisode(AlternatingRolesEpisode):
     rounds: int = 2
     judge: str | PolicyRef = "base"
     name: str = "debate"
-    rubric: Rubric = None  # built from the judge
+    rubric: Rubric = None  # debate_rubric(judge) unless given (a source shares one among its debates)
     seats: dict[str, PolicyRef] = field(default_factory=lambda: {PRO: LEARNER, CON: LEARNER})
     system_prompts: dict[str, str] = field(default_factory=lambda: {
         PRO: "You are a debater. Argue for the topic, briefly and persuasively.",
@@ -90,7 +95,7 @@ class DebateEpisode(AlternatingRolesEpisode):
             raise ValueError(f"DebateEpisode.rounds: expected >= 1, got {self.rounds}")
         self.max_turns = 2 * self.rounds
         if self.rubric is None:
-            self.rubric = Rubric(outcome=[(Judge(judge_prompt, verdict_rewards, policy=self.judge), 1.0)])
+            self.rubric = debate_rubric(self.judge)
         super().__post_init__()
 
     def setup(self, state: ChatState) -> None:
@@ -136,12 +141,12 @@ class Debate(EpisodeSource):
             raise ValueError(f"data.episodes.rounds: expected >= 1, got {rounds}")
         self.rounds = rounds
         self.judge = parse_policy(judge)
-        Judge(judge_prompt, verdict_rewards, policy=self.judge)  # refuse a bot judge now, not mid-run
+        self.rubric = debate_rubric(self.judge)  # one for every debate; a bot judge is refused now, not mid-run
         self.opponent = parse_policy(opponent)
 
     def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
         topics = self.topics.sample(rng, size)
-        return [EpisodeRequest(DebateEpisode(topic=topic, rounds=self.rounds, judge=self.judge,
+        return [EpisodeRequest(DebateEpisode(topic=topic, rounds=self.rounds, judge=self.judge, rubric=self.rubric,
                                              seats={PRO: LEARNER, CON: self.opponent}),
                                rng.randrange(2**31)) for topic in topics]
 

@@ -25,17 +25,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.base import parse_move
-from envs.negotiation import MAX_GAIN, MAX_UNITS, MAX_VALUE, OFFER_HELP, RESOURCES, NegotiationRules, parse_offer
+from envs.negotiation import (
+    MAX_GAIN, MAX_UNITS, MAX_VALUE, OFFER_HELP, RESOURCES, NegotiationRules, inventory_text, parse_offer,
+)
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
 from sp_lightning.rubric import Rubric, invalid_move
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
 
 SEATS = ("player_0", "player_1")
-
-
-def _units(units) -> str:
-    return ", ".join(f"{n} {r}" for n, r in zip(units, RESOURCES))
 
 
 @dataclass(kw_only=True)
@@ -71,7 +69,7 @@ class NegotiationEpisode(AlternatingRolesEpisode):
 
     def initial_prompt(self, state: ChatState) -> str:
         rules = self.rules(state)
-        inventories = "\n".join(f"{seat} holds {_units(rules.inventories[i])}." for i, seat in enumerate(SEATS))
+        inventories = "\n".join(f"{seat} holds {inventory_text(rules.inventories[i])}." for i, seat in enumerate(SEATS))
         return (f"A negotiation of {self.max_turns} messages. Each trader values the resources privately; "
                 f"trade to raise the value of what you hold.\n{inventories}\n{OFFER_HELP} "
                 f"Or answer an offer with [accept] or [deny], or [pass].")
@@ -82,7 +80,7 @@ class NegotiationEpisode(AlternatingRolesEpisode):
         values = ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, rules.values[seat]))
         gain = rules.gains()[seat]
         lines = [f"Message {rules.turn + 1} of {rules.max_turns}. You are {role}.",
-                 f"You hold {_units(rules.inventories[seat])} ({gain:+d} in value so far).",
+                 f"You hold {inventory_text(rules.inventories[seat])} ({gain:+d} in value so far).",
                  f"Your values (private): {values}.",
                  f"Legal moves include: {' '.join(rules.legal_moves())}"]
         return "\n".join(lines)
@@ -104,12 +102,12 @@ class NegotiationEpisode(AlternatingRolesEpisode):
         if not legal:
             return f"Referee: {role} made no legal move; it passes."
         if move == "[accept]":
-            return (f"Referee: {role} accepts; {other} gives {_units(pending.give)} for {_units(pending.get)}. "
-                    f"{role} now holds {_units(rules.inventories[SEATS.index(role)])}; "
-                    f"{other} holds {_units(rules.inventories[SEATS.index(other)])}.")
+            return (f"Referee: {role} accepts; {other} gives {inventory_text(pending.give)} for {inventory_text(pending.get)}. "
+                    f"{role} now holds {inventory_text(rules.inventories[SEATS.index(role)])}; "
+                    f"{other} holds {inventory_text(rules.inventories[SEATS.index(other)])}.")
         offer = parse_offer(move)
         if offer is not None:
-            return f"Referee: {role} offers {_units(offer.give)} for {other}'s {_units(offer.get)}."
+            return f"Referee: {role} offers {inventory_text(offer.give)} for {other}'s {inventory_text(offer.get)}."
         return f"Referee: {role} {'denies' if move == '[deny]' else 'passes'}."
 
     def step_info(self, state: ChatState, role: str, text: str) -> dict[str, Any]:
@@ -152,13 +150,11 @@ class Negotiation(EpisodeSource):
             raise ValueError(f"data.episodes.max_turns: expected >= 1, got {max_turns}")
         if invalid_move_penalty < 0:
             raise ValueError(f"data.episodes.invalid_move_penalty: expected >= 0, got {invalid_move_penalty}")
-        self.max_turns = max_turns
-        self.win_bonus = win_bonus
-        self.invalid_move_penalty = invalid_move_penalty
         self.opponent = parse_policy(opponent)
+        # one episode serves every request: a negotiation's state lives in its ChatState
+        self.episode = NegotiationEpisode(max_turns=max_turns, win_bonus=win_bonus,
+                                          invalid_move_penalty=invalid_move_penalty,
+                                          seats={SEATS[0]: LEARNER, SEATS[1]: self.opponent})
 
     def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
-        return [EpisodeRequest(NegotiationEpisode(max_turns=self.max_turns, win_bonus=self.win_bonus,
-                                                  invalid_move_penalty=self.invalid_move_penalty,
-                                                  seats={SEATS[0]: LEARNER, SEATS[1]: self.opponent}),
-                               rng.randrange(2**31)) for _ in range(size)]
+        return [EpisodeRequest(self.episode, rng.randrange(2**31)) for _ in range(size)]

@@ -34,15 +34,19 @@ _MOVE = re.compile(r"\[(\d)\]")
 _INTEGER = re.compile(r"-?\d+")
 
 
+def check_accuracy(accuracy: float) -> float:
+    if not 0.0 < accuracy <= 1.0:
+        raise ValueError(f"solver_accuracy: expected in (0, 1], got {accuracy}")
+    return accuracy
+
+
 class SumSolverBot:
     """A scripted solver of "What is a + b + ...?": adds the numbers left to right and slips
     (counts one too many) on each addition with probability ``1 - accuracy``; slips add up and
     never cancel, so it passes a sum of ``k`` numbers with probability ``accuracy ** (k - 1)``. Registered for the run as ``bot:sum_solver``."""
 
     def __init__(self, accuracy: float = 0.85, seed: int | None = None):
-        if not 0.0 < accuracy <= 1.0:
-            raise ValueError(f"solver_accuracy: expected in (0, 1], got {accuracy}")
-        self.accuracy = accuracy
+        self.accuracy = check_accuracy(accuracy)
         self.rng = np.random.default_rng(seed)
 
     def act(self, observation: str, legal_actions: list[str]) -> str:
@@ -142,16 +146,14 @@ class ProposerSolver(EpisodeSource):
             raise ValueError(f"data.episodes.solvers: expected >= 1, got {solvers}")
         if not 0.0 <= target <= 1.0:
             raise ValueError(f"data.episodes.target: expected in [0, 1], got {target}")
-        self.solvers = solvers
-        self.target = target
-        self.solver_policy = parse_policy(solver)
-        self.solver_trains = solver_trains
+        check_accuracy(solver_accuracy)  # now, not at setup
         self.solver_accuracy = solver_accuracy
-        SumSolverBot(solver_accuracy)  # refuse a bad accuracy now, not at setup
+        # one episode serves every request: it keeps nothing between rollouts (each reads its seed
+        # from ctx), so its rubrics are built once
+        self.episode = ProposerEpisode(solvers, target, parse_policy(solver), solver_trains)
 
     def bots(self, seed: int) -> dict:
         return {"sum_solver": SumSolverBot(self.solver_accuracy, seed=seed)}
 
     def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
-        return [EpisodeRequest(ProposerEpisode(self.solvers, self.target, self.solver_policy, self.solver_trains),
-                               rng.randrange(2**31)) for _ in range(size)]
+        return [EpisodeRequest(self.episode, rng.randrange(2**31)) for _ in range(size)]
