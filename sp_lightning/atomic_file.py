@@ -38,7 +38,7 @@ def fsync_directory(directory: str | os.PathLike) -> None:
 def atomic_write(path: str | os.PathLike, mode: str = "wb", durable: bool = True,
                  encoding: str | None = None) -> Iterator[IO]:
     path = os.fspath(path)
-    tmp = f"{path}.{uuid.uuid4().hex}{TEMP_SUFFIX}"  # not mkstemp: that would make the file 0600
+    tmp = temp_path(path)  # not mkstemp: that would make the file 0600
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, mode, encoding=encoding) as f:
@@ -55,6 +55,19 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb", durable: bool = True
         fsync_directory(os.path.dirname(os.path.abspath(path)))
 
 
+def temp_path(path: str | os.PathLike) -> str:
+    """A fresh temporary name beside ``path``, of the pattern ``stray_temp_files`` matches."""
+    return f"{os.fspath(path)}.{uuid.uuid4().hex}{TEMP_SUFFIX}"
+
+
 def stray_temp_files(path: str | os.PathLike) -> list[str]:
     """Temporary files ``atomic_write(path)`` left behind when its writer was killed."""
     return glob.glob(glob.escape(os.fspath(path)) + "." + "[0-9a-f]" * 32 + TEMP_SUFFIX)
+
+
+def remove_stray_temp_files(path: str | os.PathLike) -> None:
+    """Delete what killed writers of ``path`` left; call it where no other writer of ``path``
+    can be running (under the writers' lock, or from the only writer)."""
+    for stale in stray_temp_files(path):
+        with contextlib.suppress(OSError):
+            os.unlink(stale)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from sp_lightning.atomic_file import atomic_write
+from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files, temp_path
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        prev = previous_path(path)
+        for target in (path, prev):  # what a save killed mid-way left (rank 0 is the only writer)
+            remove_stray_temp_files(target)
         with atomic_write(path) as f:
             torch.save(checkpoint, f)
             if path.exists():  # keep the checkpoint being replaced as <name>.prev
-                prev, prev_tmp = previous_path(path), path.with_name(f".{path.name}.prev.tmp{os.getpid()}")
-                prev_tmp.unlink(missing_ok=True)
+                prev_tmp = temp_path(prev)
                 os.link(path, prev_tmp)  # the current file stays in place until the new one replaces it
                 os.replace(prev_tmp, prev)
 

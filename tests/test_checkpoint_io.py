@@ -38,6 +38,18 @@ def test_a_save_replaces_the_file_and_keeps_the_previous_one(tmp_path):
     assert list(path.parent.iterdir()) == []
 
 
+def test_a_save_removes_what_a_killed_save_left(tmp_path):
+    from sp_lightning.atomic_file import temp_path
+
+    io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io.save_checkpoint({"step": 1}, path)
+    for target in (path, previous_path(path)):  # a save killed while writing, and while linking
+        with open(temp_path(target), "wb") as f:
+            f.write(b"partial")
+    io.save_checkpoint({"step": 2}, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "last.ckpt.prev"]
+
+
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "delete"])
 def test_an_unreadable_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog, damage):
     io, path = AtomicCheckpointIO(), tmp_path / "last.ckpt"

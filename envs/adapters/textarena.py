@@ -569,29 +569,26 @@ class TextArenaEnv(TextGameEnv):
                 logger.debug("%s: the game accepted %r, not a listed legal move", self.env_id, text)
             if not rejected:
                 self._retries = self._rejections = 0
-            elif not self.game.is_terminal:
-                self._rejections += 1
+            else:
+                # a move rejected on the move that ended the game (SimpleNegotiation checks its
+                # turn limit after every move, valid or not) leaves no retry: every policy but
+                # "game" forfeits, as it would have one move earlier
+                over = self.game.is_terminal
+                if not over:
+                    self._rejections += 1
                 if not invalid:  # judged by the game alone: apply the policy now
                     self.infos[agent] = {**self.infos[agent], "invalid_move": True}
                     self._note_invalid(agent, action, move, legal)
-                    if self.invalid_move == "retry" and self._retries < self.max_retries:
+                    if self.invalid_move == "retry" and self._retries < self.max_retries and not over:
                         self._retries += 1
                     elif self.invalid_move != "game":
                         self.forfeited_by = agent
-                if self._rejections >= self.game.rejection_limit and self.forfeited_by is None:
+                if not over and self._rejections >= self.game.rejection_limit and self.forfeited_by is None:
                     # the game's own rules do not end a run of rejected moves: the adapter does
                     logger.debug(
                         "%s: %d rejected moves in a row by %s; forfeit",
                         self.env_id, self._rejections, agent,
                     )
-                    self.forfeited_by = agent
-            elif not invalid:
-                # rejected by the game on the move that ended it (SimpleNegotiation checks its
-                # turn limit after every move, valid or not): no retry is left, so every policy
-                # but "game" forfeits, as it would have one move earlier
-                self.infos[agent] = {**self.infos[agent], "invalid_move": True}
-                self._note_invalid(agent, action, move, legal)
-                if self.invalid_move != "game":
                     self.forfeited_by = agent
 
         if self.game.current_player != self._seat[agent]:

@@ -122,6 +122,13 @@ class Match:
     games_per_seat: int
     seed: int
     env_overrides: dict | None = None
+    # derived in __post_init__: the hero's policy, the opponents' label, and every game's
+    # episode, seed and hero seat
+    hero: PolicyRef = field(init=False)
+    label: str = field(init=False)
+    episodes: list = field(init=False, repr=False)
+    seeds: list[int] = field(init=False, repr=False)
+    hero_seats: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         game = self.game

@@ -46,7 +46,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from sp_lightning.atomic_file import atomic_write, stray_temp_files
+from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files
 
 from .ratings import TrueSkillRatings, elo_update, ranks_from_scores
 
@@ -214,9 +214,7 @@ class LeagueRegistry:
             self._local.active = True
             try:
                 # anything matching our temp names now is left by a writer that was killed
-                for stale in stray_temp_files(self.path):
-                    with contextlib.suppress(OSError):
-                        os.unlink(stale)
+                remove_stray_temp_files(self.path)
                 state = self.read()
                 yield state
                 self._write(state)
