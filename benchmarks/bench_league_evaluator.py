@@ -37,7 +37,6 @@ class StepClock(L.Callback):
         self.times.append(time.perf_counter())
 
 
-
 def run(steps: int, evaluator_every: int) -> float:
     root = tempfile.mkdtemp()
     overlay = f"{root}/overlay.yaml"

@@ -69,25 +69,36 @@ def make(game_id_or_class_path: str, **kwargs: Any) -> AECEnv:
     return cls(**kwargs)
 
 
+def play_turns(env: AECEnv, policies: dict[str, Policy], seed: int | None, totals: dict[str, float]):
+    """The loop of :func:`play` as a generator, from ``env.reset(seed=seed)``, adding each agent's
+    rewards to ``totals``: a seat without a policy is asked through the generator, which yields
+    its legal actions and plays the move sent back (a person's seat, one move at a time)."""
+    env.reset(seed=seed)
+    for agent in env.agent_iter():
+        observation, reward, terminated, truncated, info = env.last()
+        totals[agent] += float(reward)
+        if terminated or truncated:
+            env.step(None)
+        elif agent in policies:
+            env.step(policies[agent](observation["text"], info["legal_actions"]))
+        else:
+            env.step((yield info["legal_actions"]))
+
+
 def play(env: AECEnv, policies: dict[str, Policy], seed: int | None = None) -> dict[str, float]:
     """Run one episode from ``env.reset(seed=seed)`` and return each agent's total reward.
 
     ``policies[agent](observation_text, legal_actions)`` returns the agent's action text;
     bots (``RandomBot(seed).act``, or the bot itself) fit.
     """
-    env.reset(seed=seed)
     totals = {agent: 0.0 for agent in env.possible_agents}
-    for agent in env.agent_iter():
-        observation, reward, terminated, truncated, info = env.last()
-        totals[agent] += float(reward)
-        if terminated or truncated:
-            env.step(None)
-        else:
-            env.step(policies[agent](observation["text"], info["legal_actions"]))
+    for _ in play_turns(env, policies, seed, totals):
+        raise KeyError(f"play: no policy for seat {env.agent_selection!r}; policies: {sorted(policies)}")
     return totals
 
 
 __all__ = [
+    "play_turns",
     "BOTS",
     "make_bots",
     "GAMES",

@@ -48,6 +48,8 @@ class SelfPlayCLI(LightningCLI):
         parser.set_defaults({f"trainer.{key}": value for key, value in trainer_defaults().items()})
 
     def instantiate_trainer(self, **kwargs):
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        kwargs.update(with_default_progress_bar(config))
         return finish_trainer(super().instantiate_trainer(**kwargs))
 
 
@@ -72,35 +74,36 @@ def make_trainer(**kwargs):
     :func:`trainer_defaults` under ``kwargs``, then :func:`finish_trainer`."""
     import lightning as L
 
-    return finish_trainer(L.Trainer(**{**trainer_defaults(), **kwargs}))
+    return finish_trainer(L.Trainer(**with_default_progress_bar({**trainer_defaults(), **kwargs})))
 
 
 def finish_trainer(trainer):
     """Checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io) unless the trainer
-    has its own checkpoint IO, our progress view (sp_lightning.progress) unless it has its own
-    bar, and readable TensorBoard (sp_lightning.tensorboard)."""
+    has its own checkpoint IO, and readable TensorBoard (sp_lightning.tensorboard)."""
     from lightning.pytorch.plugins.io import TorchCheckpointIO
 
     from sp_lightning.checkpoint_io import AtomicCheckpointIO
 
     if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
         trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-    use_default_progress_bar(trainer)
     add_tensorboard_games(trainer)
     return trainer
 
 
-def use_default_progress_bar(trainer) -> None:
-    """Put ``progress.default_progress_bar()`` in place of the bar Lightning adds by default."""
-    from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+def with_default_progress_bar(trainer_kwargs: dict) -> dict:
+    """``trainer_kwargs`` with ``progress.default_progress_bar()`` among the callbacks, unless they
+    hold a progress bar of their own or the bar is switched off: Lightning adds its default bar
+    only when the callbacks have none, so one given here takes its place and one the config
+    chose stays."""
+    from lightning.pytorch.callbacks import ProgressBar
 
     from sp_lightning.progress import default_progress_bar
 
-    for i, callback in enumerate(trainer.callbacks):
-        # Lightning's default (rich when installed, else tqdm), not one the config named
-        if type(callback) in (RichProgressBar, TQDMProgressBar):
-            trainer.callbacks[i] = default_progress_bar()
-            return
+    callbacks = trainer_kwargs.get("callbacks") or []
+    callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    if trainer_kwargs.get("enable_progress_bar", True) is False or any(isinstance(c, ProgressBar) for c in callbacks):
+        return trainer_kwargs
+    return {**trainer_kwargs, "callbacks": [*callbacks, default_progress_bar()]}
 
 
 def add_tensorboard_games(trainer) -> None:
@@ -152,12 +155,9 @@ def evaluate_main(args: list[str]) -> dict:
     """``sp-lightning evaluate``: the config's model and games, a checkpoint, an opponent, seeds."""
     import argparse
     import json
-    import os
 
-    from sp_lightning.evaluation.matches import evaluate
+    from sp_lightning.evaluation.matches import evaluate, serve_policy
     from sp_lightning.evaluation.strategy import exploitability_metrics
-    from sp_lightning.games import parse_policy
-    from sp_lightning.types import PolicyRef
 
     parser = argparse.ArgumentParser(prog="sp-lightning evaluate", description=evaluate_main.__doc__)
     parser.add_argument("--checkpoint", help="Lightning .ckpt or peft adapter dir of the policy; none: untrained")
@@ -172,13 +172,7 @@ def evaluate_main(args: list[str]) -> dict:
     if ours.checkpoint:
         load_checkpoint(module, ours.checkpoint)
     worker = dm.rollout_factory(module.model, module.tokenizer)
-    opponent = ours.opponent or dm.eval.opponent
-    spec = parse_policy(opponent)
-    if spec.kind == "checkpoint":  # an adapter directory, served under its name
-        path = spec.name
-        name = os.path.basename(os.path.normpath(path))
-        worker.register_adapter(name, path)
-        opponent = PolicyRef("checkpoint", name)
+    opponent = serve_policy(worker, ours.opponent or dm.eval.opponent)  # an adapter directory: by its name
     report = {}
     for game in dm.games:
         result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,

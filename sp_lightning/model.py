@@ -262,4 +262,3 @@ def _trainable_token_ids(tokens: list[str] | None, tokenizer, games: list[str]) 
             )
         ids.append(token_id)
     return ids
-

@@ -526,4 +526,3 @@ class SelfPlayModule(L.LightningModule):
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-

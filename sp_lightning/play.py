@@ -20,17 +20,21 @@ invalid move handled by the env's ``invalid_move`` policy, as in training.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
-from envs import parse_move, play
+from envs import parse_move, play, play_turns
 from envs.bots import BOTS, make_bots
 from sp_lightning.games import GameSettings, parse_policy
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import ModelRequest, PolicyRef
 
 QUIT = ("quit", "exit", "resign")
+
+
+def refusal(text: str, legal: list[str]) -> str:
+    """What a person is told when ``text`` is not a legal move."""
+    return f"{text!r} is not a legal move; legal: {' '.join(legal)}"
 
 
 def read_move(text: str, legal_actions: list[str]) -> str | None:
@@ -78,7 +82,7 @@ class HumanPlayer:
             move = read_move(text, legal_actions)
             if move is not None:
                 return move
-            self.write(f"{text!r} is not a legal move; legal: {' '.join(legal_actions)}")
+            self.write(refusal(text, legal_actions))
 
 
 class ModelPlayer:
@@ -191,7 +195,9 @@ def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, 
     as the arena seeds its bots), or a model policy served by ``worker`` (``learner``, ``base``,
     ``checkpoint:<name>`` of an adapter the worker holds, or ``checkpoint:<adapter dir>``, which
     is registered under the directory's name)."""
-    spec = opponent if isinstance(opponent, PolicyRef) else parse_policy(opponent)
+    from sp_lightning.evaluation.matches import as_policy, serve_policy
+
+    spec = as_policy(opponent)
     seats = [agent for agent in game.agents if agent != human]
     if spec.kind == "bot":
         require_bot(spec)
@@ -199,10 +205,7 @@ def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, 
         return {agent: bot.act for agent in seats}
     if worker is None:
         raise ValueError(f"opponent {opponent}: a model policy needs a rollout worker")
-    if spec.kind == "checkpoint" and os.path.isdir(spec.name):  # an adapter directory
-        name = os.path.basename(os.path.normpath(spec.name))
-        worker.register_adapter(name, spec.name)
-        spec = PolicyRef("checkpoint", name)
+    spec = serve_policy(worker, spec)  # an adapter directory: registered under its name
     sampling = sampling or SamplingSettings()
     return {agent: ModelPlayer(worker, game, spec, sampling, agent) for agent in seats}
 
@@ -216,7 +219,8 @@ class GameSession:
         print(session.move("[bet]"))    # the move, the others' replies, and the new view
 
     A move that is not legal is refused with the legal ones listed and changes nothing; the game
-    runs the same loop as ``envs.play`` (so a session and a scripted game agree move for move).
+    runs the loop of ``envs.play`` (``envs.play_turns``), so a session and a scripted game agree
+    move for move.
     """
 
     def __init__(self, game: GameSettings, players: dict[str, Any], seed: int | None = None):
@@ -227,22 +231,8 @@ class GameSession:
         self.human = missing[0]
         self.env = game.make_env()
         self.totals = {agent: 0.0 for agent in self.env.possible_agents}
-        self._players = players
-        self._turns = self._run(seed)
+        self._turns = play_turns(self.env, players, seed, self.totals)
         self._legal: list[str] = next(self._turns, None) or []
-
-    def _run(self, seed: int | None):
-        env = self.env
-        env.reset(seed=seed)
-        for agent in env.agent_iter():
-            observation, reward, terminated, truncated, info = env.last()
-            self.totals[agent] += float(reward)
-            if terminated or truncated:
-                env.step(None)
-            elif agent == self.human:
-                env.step((yield info["legal_actions"]))
-            else:
-                env.step(self._players[agent](observation["text"], info["legal_actions"]))
 
     @property
     def observation(self) -> str:
@@ -255,7 +245,7 @@ class GameSession:
 
     @property
     def legal_moves(self) -> list[str]:
-        return [] if self.done else list(self._legal)
+        return list(self._legal)  # empty once the game is over
 
     def move(self, text: str) -> str:
         """Play ``text`` (``[4]``, or ``4`` where the game lists its moves) and return the view
@@ -264,7 +254,7 @@ class GameSession:
             return f"The game is over. {self.result()}"
         move = read_move(text, self._legal)
         if move is None:
-            return f"{text!r} is not a legal move; legal: {' '.join(self._legal)}\n\n{self.observation}"
+            return f"{refusal(text, self._legal)}\n\n{self.observation}"
         try:
             self._legal = self._turns.send(move)
         except StopIteration:

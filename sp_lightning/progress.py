@@ -108,7 +108,7 @@ class ProgressLines(ProgressBar):
         if step % self.every == 0 or step == trainer.max_steps:
             fields = self._fields(trainer.callback_metrics,
                                   ("win", "rollout tok/s", "train tok/s", "hero", "mix"))
-            total = f"/{trainer.max_steps}" if trainer.max_steps and trainer.max_steps > 0 else ""
+            total = f"/{trainer.max_steps}" if trainer.max_steps > 0 else ""
             self._write(f"step {step}{total}  {fields}".rstrip())
 
     def on_validation_end(self, trainer, pl_module) -> None:

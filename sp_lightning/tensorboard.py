@@ -122,18 +122,18 @@ class TensorBoardGames(Callback):
         return None
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        writer = self._writer(trainer)
-        if writer is not None and trainer.is_global_zero:
+        writer = self._writer(trainer) if trainer.is_global_zero else None
+        if writer is not None:
             games = [g.name for g in getattr(trainer.datamodule, "games", [])]
             writer.add_custom_scalars(custom_scalars_layout(games))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step % self.every and step != 1:  # the first step too: a fresh run shows a game at once
+        if not trainer.is_global_zero or (step % self.every and step != 1):  # step 1: a game at once
             return
         writer = self._writer(trainer)
         rollout = pick_game(getattr(pl_module, "last_rollouts", []))
-        if writer is not None and rollout is not None and trainer.is_global_zero:
+        if writer is not None and rollout is not None:
             writer.add_text("games/decoded", game_markdown(rollout, pl_module.tokenizer), step)
 
 

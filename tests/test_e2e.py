@@ -40,7 +40,7 @@ def _args(config, root, steps, *extra):
 
 
 @pytest.mark.parametrize("config", ["tictactoe_tiny.yaml", "kuhn_poker_tiny.yaml"])
-def test_fit_trains_the_adapter_saves_and_resumes(tmp_path, config, capsys):
+def test_fit_trains_the_adapter_saves_resumes_and_reports_progress_and_games(tmp_path, config, capsys):
     main(["fit", *_args(config, tmp_path, 4)])  # checkpoints are written at each validation
     # not a terminal: plain progress lines (sp_lightning.progress), no redrawn bar
     out = capsys.readouterr().out

@@ -133,7 +133,6 @@ def test_classic_leduc_names_moves_and_keeps_cards_private():
     assert env.invalid_moves[agent] == 0
 
 
-
 def test_classic_leduc_reward_range_holds_the_largest_pot():
     """Raise whenever allowed, then call: the biggest pot Leduc has (14 chips each, paid as 7
     big blinds). Random play rarely gets there, so the declared 6.5 went unnoticed."""
@@ -148,6 +147,7 @@ def test_classic_leduc_reward_range_holds_the_largest_pot():
         assert all(low <= r <= high for r in env.final_rewards.values())
         extremes |= {abs(r) for r in env.final_rewards.values()}
     assert high in extremes and low == -high  # the range is tight, not merely wide enough
+
 
 def test_classic_invalid_moves_never_reach_the_wrapped_env():
     env = classic("tictactoe_v3", invalid_move="retry", max_retries=1)
@@ -402,7 +402,6 @@ def test_textarena_invalid_move_random_plays_a_legal_move():
         arena("SimpleNegotiation-v0", invalid_move="random")
 
 
-
 @pytest.mark.parametrize(("policy", "forfeits"), [("forfeit", True), ("retry", True), ("game", False)])
 def test_textarena_a_rejected_move_that_ends_the_game_follows_the_policy(policy, forfeits):
     """SimpleNegotiation-v0 (max_turns=10) checks its turn limit after each move, counting from
@@ -419,6 +418,7 @@ def test_textarena_a_rejected_move_that_ends_the_game_follows_the_policy(policy,
     expected = {"player_0": -1.0, "player_1": 1.0} if forfeits else {"player_0": 0.0, "player_1": 0.0}
     assert env.final_rewards == expected
     assert (env.forfeited_by == "player_0") is forfeits
+
 
 def test_textarena_max_turns_truncates_with_zero_rewards():
     env = arena("PigDice-v0", max_turns=3)

@@ -216,4 +216,3 @@ def test_list_legal_moves_false_ends_the_prompt_with_your_move(game_id):
     assert text.endswith("\nYour move.") and "Legal moves:" not in text
     assert full.rsplit("\n", 1)[0] == text.rsplit("\n", 1)[0]
     assert env.infos[mover]["legal_actions"] == listed.infos[mover]["legal_actions"] != []
-

@@ -4,6 +4,7 @@ from collections import Counter
 
 import pytest
 
+from sp_lightning.evaluation.crossplay import cross_play
 from sp_lightning.evaluation.matches import evaluate, play
 from sp_lightning.evaluation.stats import wilson_interval
 from sp_lightning.games import GameSettings
@@ -43,8 +44,6 @@ def test_uniform_random_tictactoe_matches_the_known_rate():
 
 
 # ---- cross-play ------------------------------------------------------------------------------
-from sp_lightning.evaluation.crossplay import cross_play  # noqa: E402
-
 
 def test_cross_play_fills_every_cell_from_both_seats_and_reads_each_pair_both_ways():
     """Bots only: the tactical bot (takes a win, blocks one) beats RandomBot with an interval above
@@ -68,8 +67,16 @@ def test_cross_play_serves_model_policies_in_one_run_and_refuses_three_seat_game
     worker = HFRolloutWorker(model, tok)
     game = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "random"})
     sampling = SamplingSettings(max_new_tokens=1)
-    table = cross_play(worker, game, {"learner": "learner", "base": "base", "random": "bot:random"},
-                       games_per_seat=20, sampling=sampling, seed=3)
+    calls = []
+    generate = worker.generate
+    worker.generate = lambda requests, sampling: (calls.append(len(requests)), generate(requests, sampling))[1]
+    policies = {"learner": "learner", "base": "base", "random": "bot:random"}
+    table = cross_play(worker, game, policies, games_per_seat=20, sampling=sampling, seed=3)
+    in_one_run, calls[:] = len(calls), []
+    for a, b in [("learner", "learner"), ("learner", "base"), ("learner", "random"), ("base", "base"),
+                 ("base", "random")]:  # the pairs with a model seat, each on its own
+        evaluate(worker, game, policy=policies[a], opponent=policies[b], games_per_seat=20, sampling=sampling, seed=3)
+    assert in_one_run < len(calls)  # the pairs' model moves shared generate calls
     alone = evaluate(worker, game, policy="learner", opponent="base", games_per_seat=20, sampling=sampling, seed=3)
     assert table.results[("learner", "base")].games == alone.games == 40
     model_pair, reverse = table.results[("learner", "base")], table.results[("base", "learner")]

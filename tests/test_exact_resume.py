@@ -48,12 +48,12 @@ def _step(path) -> int:
         return -1
 
 
-def _run_and_kill(args, last, after_step, delay) -> tuple[bool, int]:
-    """Start the fit; once last.ckpt holds ``after_step``, wait ``delay`` seconds (the kill lands
-    in a rollout, an update, a validation or a checkpoint write) and SIGKILL it. Returns whether
-    the kill landed (the fit was still running) and the first step this fit wrote (a fit that
-    ignored --ckpt_path would start again at 1; steps take far longer than the 50 ms poll)."""
-    before = _step(last)
+def _run_and_kill(args, last, before, after_step, delay) -> tuple[bool, int | None]:
+    """Start the fit (``last`` holds step ``before``, -1 for none); once last.ckpt holds
+    ``after_step``, wait ``delay`` seconds (the kill lands in a rollout, an update, a validation or
+    a checkpoint write) and SIGKILL it. Returns whether the kill landed (the fit was still running)
+    and the first step this fit wrote, None if it wrote none (a fit that ignored --ckpt_path would
+    start again at 1; steps take far longer than the 50 ms poll)."""
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     deadline = time.time() + 300
     first_written = None  # wait for this fit's own first write too: last.ckpt may hold after_step already
@@ -88,7 +88,7 @@ def test_a_fit_killed_at_random_moments_resumes_bit_for_bit(tmp_path):
             args += ["--ckpt_path", str(last)]
         # at most about two steps' time: the fit, with 3 or more steps to go, is still running
         start = _step(last)
-        landed, first_written = _run_and_kill(args, last, after_step=2 * kill + 1, delay=rng.uniform(0.0, 0.6))
+        landed, first_written = _run_and_kill(args, last, start, after_step=2 * kill + 1, delay=rng.uniform(0.0, 0.6))
         kills += landed
         assert first_written is not None and first_written > start, \
             f"the fit resumed at step {start} but wrote step {first_written} first"

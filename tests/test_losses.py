@@ -312,7 +312,6 @@ def test_entropy_coef_anneals_linearly_to_zero():
     assert [floored.entropy_coef_at(t) for t in (0, 50, 80, 150)] == pytest.approx([0.2, 0.1, 0.05, 0.05])
 
 
-
 def test_magnet_coef_is_constant_by_default_and_anneals_to_its_floor_when_asked():
     from sp_lightning.module import LossSettings
 
@@ -324,6 +323,7 @@ def test_magnet_coef_is_constant_by_default_and_anneals_to_its_floor_when_asked(
                      ({"magnet_floor": 0.01}, "magnet_floor")]:  # a floor without a schedule
         with pytest.raises(ValueError, match=key):
             LossSettings(magnet_coef=0.05, **bad)
+
 
 def test_legal_move_entropy_scores_the_first_move_token_over_the_legal_moves_only():
     """Row 0: legal tokens {1, 2} with logits [0, ln 2] at its first completion column (1) ->

@@ -16,10 +16,10 @@ GAME = NOTEBOOKS / "nim_game.py"
 WRITEFILE = "%%writefile nim_game.py\n"
 
 
-def _run(path: Path, tmp_path) -> nbformat.NotebookNode:
+def _run(path: Path, tmp_path, timeout: int = 600) -> nbformat.NotebookNode:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
-        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
     )
     try:
         client.execute()  # raises CellExecutionError on the first cell that fails
@@ -54,13 +54,7 @@ def test_the_notebook_writes_the_game_module_as_it_is_in_the_repo():
 def test_wrap_your_own_game_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's run folder lands under tmp_path
     before = GAME.read_bytes()
-    nb = nbformat.read(WRAP, as_version=4)
-    client = NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    )
-    client.execute()  # raises CellExecutionError on the first cell that fails
-    nbformat.write(nb, tmp_path / WRAP.name)  # the executed notebook, for a look after a failure
-    out = _outputs(nb)
+    out = _outputs(_run(WRAP, tmp_path, timeout=300))
     assert "invalid_move=random: api_test and seed_test passed" in out
     assert "final rewards:" in out
     assert "[eval step 4] nim_v1 vs bot:random: 20 games" in out

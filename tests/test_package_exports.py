@@ -32,3 +32,21 @@ def test_make_trainer_builds_the_trainer_fit_builds():
     trainer = make_trainer(max_steps=3, logger=False, enable_checkpointing=False)
     assert trainer.max_steps == 3 and trainer.num_sanity_val_steps == 0 and trainer.val_check_interval == 50
     assert isinstance(trainer.strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_the_trainer_gets_our_progress_view_unless_it_has_its_own_bar(tmp_path):
+    """Not a terminal under pytest: the plain-lines view; a bar the caller chose stays; with a
+    TensorBoard logger, the decoded-games callback joins."""
+    from lightning.pytorch.callbacks import RichProgressBar
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from sp_lightning import make_trainer
+    from sp_lightning.progress import ProgressLines
+    from sp_lightning.tensorboard import TensorBoardGames
+
+    assert type(make_trainer(logger=False).progress_bar_callback) is ProgressLines
+    own = RichProgressBar(leave=True)
+    assert make_trainer(logger=False, callbacks=[own]).progress_bar_callback is own
+    assert make_trainer(logger=False, enable_progress_bar=False).progress_bar_callback is None
+    trainer = make_trainer(logger=TensorBoardLogger(str(tmp_path)))
+    assert sum(isinstance(c, TensorBoardGames) for c in trainer.callbacks) == 1

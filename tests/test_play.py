@@ -46,7 +46,9 @@ def test_kuhn_against_the_untrained_model_shows_only_your_own_card():
     assert totals is not None and sum(totals.values()) == pytest.approx(0.0)
     text = "\n".join(written)
     cards = {line.split("Your card: ")[1][0] for line in text.splitlines() if "Your card: " in line}
-    assert len(cards) == 1  # only player_1's own card is ever shown
+    assert len(cards) == 1  # player_1's own card, the one shown as "Your card"
+    before_the_end = [view for view in written if "Game over" not in view and "Result:" not in view]
+    assert before_the_end and not any("Showdown:" in v or "Cards:" in v for v in before_the_end)  # no reveal
     assert "You are player 1" in text and "Result: player_0" in text
     assert "against the untrained policy (no --checkpoint" in text and "e.g. [check] (or check)" in text
     assert "player_0 plays" in text  # the model's move, legal or not, is announced
@@ -112,7 +114,7 @@ def test_a_session_serves_the_model_and_shows_only_the_persons_view(tiny_policy)
     assert "History: player 0 [" in session.observation  # the model moved first
     while not session.done:
         session.move(session.legal_moves[0])
-    assert "Game over" in session.observation and session.observation.count("Your card") <= 1
+    assert "Game over" in session.observation and session.observation.count("Your card") == 1
 
 
 def test_opponent_players_names_what_is_wrong():

@@ -41,7 +41,7 @@ class CrossPlay:
 
     def table(self, metric: str = "payoff_mean") -> str:
         width = max(8, *(len(label) for label in self.labels))
-        lines = [" " * width + " " + " ".join(f"{label[:width]:>{width}}" for label in self.labels)]
+        lines = [" " * width + " " + " ".join(f"{label:>{width}}" for label in self.labels)]
         for label, row in zip(self.labels, self.matrix(metric)):
             lines.append(f"{label:>{width}} " + " ".join(f"{v:>{width}.3f}" for v in row))
         return "\n".join(lines)

@@ -10,6 +10,7 @@ The same seed, policies and weights give the same games.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -84,6 +85,17 @@ class EvalResult:
 
 def as_policy(spec: str | PolicyRef) -> PolicyRef:
     return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
+
+
+def serve_policy(worker: RolloutWorker, spec: str | PolicyRef) -> PolicyRef:
+    """``spec`` as a policy ``worker`` can serve: ``checkpoint:<adapter dir>`` is registered with
+    the worker under the directory's name (``checkpoint:<name>``); anything else is as given."""
+    policy = as_policy(spec)
+    if policy.kind == "checkpoint" and os.path.isdir(policy.name):
+        name = os.path.basename(os.path.normpath(policy.name))
+        worker.register_adapter(name, policy.name)
+        return PolicyRef("checkpoint", name)
+    return policy
 
 
 def evaluate(worker: RolloutWorker | None, game: GameSettings, **kwargs) -> EvalResult:
