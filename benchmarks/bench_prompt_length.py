@@ -29,6 +29,20 @@ CASES = {
 }
 
 
+def first_prompt_tokens(env_kwargs: dict) -> int:
+    """Prompt tokens of the first move (empty board) under the tiny tokenizer and the game's template."""
+    from envs import make
+    from sp_lightning.games import GameSettings
+    from sp_lightning.model import TinyModelSettings, build_tiny_tokenizer
+    from sp_lightning.rollout.chat import encode_chat
+
+    env = make("tictactoe_v1", **env_kwargs)
+    env.reset(seed=0)
+    observation = env.observe(env.agent_selection)["text"]
+    template = GameSettings(id="tictactoe_v1").prompt_template
+    return len(encode_chat(build_tiny_tokenizer(TinyModelSettings()), template.messages(observation, env.agent_selection)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -43,7 +57,8 @@ def main() -> None:
             steps[name] += seconds[2:]
     medians = {name: statistics.median(values) for name, values in steps.items()}
     for name, median in medians.items():
-        print(f"{name:32s} median step {median:.3f} s over {len(steps[name])} steps")
+        print(f"{name:32s} median step {median:.3f} s over {len(steps[name])} steps, "
+              f"{first_prompt_tokens(CASES[name])} prompt tokens at the first move")
     baseline, shorter = medians.values()
     print(f"list_legal_moves: false / baseline = {shorter / baseline:.2f}")
 

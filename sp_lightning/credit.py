@@ -64,6 +64,7 @@ import hashlib
 import math
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator
+from itertools import groupby
 from typing import Any
 
 from .types import Rollout, Step
@@ -278,19 +279,17 @@ class RAE(CreditAssigner):
         return (rollout.episode, f"{role} vs {opponents_of(rollout, role)}")
 
     def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
-        # each rollout's trainable steps by role, in order, with their discounted returns
-        by_rollout: dict[str, tuple[Rollout, dict[str, list[tuple[StepKey, Step, float]]]]] = {}
-        later: dict[str, list[int]] = {}
-        for key, rollout, step in trainable_steps(rollouts):
-            rollout_id, index = key
-            if rollout_id not in by_rollout:
-                by_rollout[rollout_id] = (rollout, {})
-                later[rollout_id] = moves_after(rollout)
-            ret = step_return(rollout, step, self.discount ** later[rollout_id][index])
-            by_rollout[rollout_id][1].setdefault(step.role, []).append((key, step, ret))
         advantages: dict[StepKey, float] = {}
         from_state = 0  # steps judged against their state's baseline
-        for rollout, by_role in by_rollout.values():
+        # the walker yields each rollout's trainable steps together, rollouts in tree order
+        for _, items in groupby(trainable_steps(rollouts), key=lambda item: item[0][0]):
+            items = list(items)
+            rollout = items[0][1]
+            later = moves_after(rollout)
+            by_role: dict[str, list[tuple[StepKey, Step, float]]] = {}
+            for key, _, step in items:
+                ret = step_return(rollout, step, self.discount ** later[key[1]])
+                by_role.setdefault(step.role, []).append((key, step, ret))
             for role, steps in by_role.items():
                 key = self.baseline_key(rollout, role)
                 values, judged_by_state = self._role_advantages(key, [(step, ret) for _, step, ret in steps])

@@ -122,7 +122,8 @@ class Debate(EpisodeSource):
             list); None uses a few built-in ones.
         sampling: How topics are drawn: ``uniform`` or ``weighted``.
         rounds: Turns per side.
-        judge: Who judges: ``base`` (the base model, adapter off), ``learner``, ``checkpoint:<id>``.
+        judge: Who judges: ``base`` (the base model, adapter off), ``learner``, ``checkpoint:<id>``,
+            or ``remote:<name>`` (a model in ``data.remote_models``).
         opponent: Who argues ``con``: ``learner`` (mirror self-play, both sides train), ``base``,
             ``checkpoint:<id>`` or ``bot:<name>``.
     """

@@ -36,6 +36,18 @@ LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model c
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
 
 
+def left_pad(sequences: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``sequences`` padded on the left to ``width`` (default:
+    the longest), so that every sequence ends at the last column, where generation continues."""
+    width = max(map(len, sequences)) if width is None else width
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        input_ids[row, width - len(seq) :] = torch.tensor(seq)
+        attention_mask[row, width - len(seq) :] = 1
+    return input_ids, attention_mask
+
+
 class HFRolloutWorker(RolloutWorker):
     def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
                  max_prompt_tokens: int | None = None):
@@ -231,7 +243,7 @@ class HFRolloutWorker(RolloutWorker):
 
     def _score(self, rows: list[tuple[list[int], list[int]]], policies: list[PolicyRef]) -> list[float]:
         width = max(len(p) + len(c) for p, c in rows)
-        input_ids, attention_mask = self._left_pad([p + c for p, c in rows], width)
+        input_ids, attention_mask = left_pad([p + c for p, c in rows], self.tokenizer.pad_token_id, width)
         device = next(self.model.parameters()).device
         window = max(len(c) for _, c in rows)  # only the columns that predict completion tokens
         with self.serving_rows(policies) as routing:
@@ -247,14 +259,6 @@ class HFRolloutWorker(RolloutWorker):
             values.append(float(predicted.gather(-1, targets.unsqueeze(-1)).sum()))
         return values
 
-    def _left_pad(self, sequences: list[list[int]], width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        input_ids = torch.full((len(sequences), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-        for row, seq in enumerate(sequences):  # left padding: every sequence ends at column -1
-            input_ids[row, width - len(seq) :] = torch.tensor(seq)
-            attention_mask[row, width - len(seq) :] = 1
-        return input_ids, attention_mask
-
     @torch.no_grad()
     def _generate_ids(
         self, prompts: list[list[int]], policies: list[PolicyRef], sampling: SamplingSettings
@@ -262,7 +266,7 @@ class HFRolloutWorker(RolloutWorker):
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
-        input_ids, attention_mask = self._left_pad(prompts, width)
+        input_ids, attention_mask = left_pad(prompts, tok.pad_token_id, width)
         greedy = sampling.temperature == 0
         kwargs = dict(
             max_new_tokens=sampling.max_new_tokens,
