@@ -7,12 +7,20 @@ arena counts the episodes that can still make progress, and the last one to bloc
 Bot seats are answered at once, without a model. A remote model (``remote:<name>``, an
 OpenAI-compatible server) is awaited on its own: while its answer is on the way the episode
 counts as blocked, so the local model's batches go on without it.
+
+The :class:`Arena` is also the engine specification's arena: roles, episodes and artifact stores
+are registered on it (``add_role``, ``add_episode``, ``add_store``); ``get_batch`` (overridable:
+curricula live there) says what a batch plays; ``generate_rollouts`` plays it, at most
+``max_concurrent`` episodes at once; ``build_training_batch`` credits and flattens the result
+trees into records; ``step()`` and ``run()`` drive it outside Lightning, and the DataModule drives
+the same ``get_batch`` / ``step`` inside ``fit`` (``data.arena`` names a custom arena class).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -22,18 +30,23 @@ from dataclasses import dataclass, field
 from sp_lightning.credit import step_return, trainable_steps
 from sp_lightning.episodes import Episode
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
-from sp_lightning.types import Completion, ModelRequest, Rollout, TrainingRecord
+from sp_lightning.sources import EpisodeRequest, EpisodeSource
+from sp_lightning.stores import ArtifactStore
+from sp_lightning.types import Completion, ModelRequest, Role, Rollout, TrainingRecord
 
 
 class _Context:
     """The EpisodeContext the arena hands to one running episode."""
 
-    def __init__(self, arena: _Run, seed: int):
+    def __init__(self, arena: _Run, seed: int, episode_id: str = "0", trainable: bool = True):
         self._run = arena
         self.seed = seed
+        self.episode_id = episode_id  # "3" for a run's fourth episode, "3.1" for its second child
+        self.trainable = trainable  # False below a sub-episode requested as not trainable
+        self._children = 0
 
     async def generate(self, request: ModelRequest) -> Completion:
-        return await self._run.generate(request)
+        return await self._run.generate(request, self.episode_id)
 
     async def run(self, episode: Episode, seed: int, trainable: bool = True) -> Rollout:
         """A nested episode in the same task: the parent simply waits for it, and gets it back
@@ -45,7 +58,9 @@ class _Context:
     async def run_many(self, episodes: Sequence[Episode], seeds: Sequence[int],
                        trainable: bool = True) -> list[Rollout]:
         """Nested episodes played concurrently; their model calls join the same batches."""
-        return await self._run.gather_children(episodes, seeds, trainable)
+        first, self._children = self._children, self._children + len(episodes)
+        ids = [f"{self.episode_id}.{first + i}" for i in range(len(episodes))]
+        return await self._run.gather_children(episodes, seeds, ids, trainable, self.trainable and trainable)
 
 
 def _as_child(rollout: Rollout, trainable: bool) -> Rollout:
@@ -62,9 +77,14 @@ async def play_and_score(episode: Episode, ctx: _Context) -> Rollout:
     """Play one episode and score it with its rubric, in the episode's own task: a judge's
     model calls join the batch of whatever else is pending, and a parent reads its children's
     rewards as soon as they return."""
+    log = ctx._run.arena.episode_log
+    if log is not None:
+        log.episode_start(ctx.episode_id, episode, ctx.seed)
     rollout = await episode.rollout(ctx)
     rollout.extras = episode.get_extras(rollout)  # once: the rubric reads it, the batch's metrics log it
     await episode.rubric.ascore(rollout, ctx=ctx, extras=rollout.extras)
+    if log is not None:
+        log.episode_end(ctx.episode_id, rollout, level=ctx.episode_id.count("."), trainable=ctx.trainable)
     return rollout
 
 
@@ -79,11 +99,19 @@ class _Run:
         self.retries = 0
         self.remote_versions: dict[str, int] = {}  # each remote model's version, read once per run
 
-    async def generate(self, request: ModelRequest) -> Completion:
+    async def generate(self, request: ModelRequest, episode_id: str = "0") -> Completion:
+        completion = await self.answer(request)
+        if self.arena.episode_log is not None:
+            self.arena.episode_log.model_call(episode_id, request, completion)
+        return completion
+
+    async def answer(self, request: ModelRequest) -> Completion:
         if not request.policy.is_model:
             return self.arena.bot_answer(request)
         if request.policy.kind == "remote":
             return await self.remote_answer(request)
+        if request.policy.kind == "learner" and self.arena.worker is not None:
+            request.policy_version = self.arena.worker.policy_version  # the weights it is asked of
         future = asyncio.get_running_loop().create_future()
         self.pending.append((request, future))
         self.runnable -= 1
@@ -113,31 +141,53 @@ class _Run:
         for (_, future), completion in zip(batch, completions):
             future.set_result(completion)
 
-    async def play_top(self, episode: Episode, seed: int) -> Rollout:
-        try:
-            return await play_and_score(episode, _Context(self, seed))
-        finally:
-            self.runnable -= 1
-            self.maybe_flush()
+    async def play_all(self, episodes: Sequence[Episode], seeds: Sequence[int],
+                       max_concurrent: int | None) -> list[Rollout]:
+        """Every episode, at most ``max_concurrent`` at once: each lane plays one episode after
+        another, taking the next as soon as its last one ends, so the lane stays runnable."""
+        results: list[Rollout | None] = [None] * len(episodes)
+        queue = iter(enumerate(zip(episodes, seeds)))
+        lanes = len(episodes) if max_concurrent is None else min(max_concurrent, len(episodes))
+        self.runnable = lanes
+        self.in_flight = self.most_in_flight = 0
 
-    async def gather_children(self, episodes: Sequence[Episode], seeds: Sequence[int],
-                              trainable: bool = True) -> list[Rollout]:
+        async def lane() -> None:
+            try:
+                for index, (episode, seed) in queue:  # one shared iterator: each lane takes the next
+                    self.in_flight += 1
+                    self.most_in_flight = max(self.most_in_flight, self.in_flight)
+                    try:
+                        results[index] = await play_and_score(episode, _Context(self, seed, str(index)))
+                    finally:
+                        self.in_flight -= 1
+            finally:
+                self.runnable -= 1
+                self.maybe_flush()
+
+        await asyncio.gather(*(lane() for _ in range(lanes)))
+        return results  # type: ignore[return-value]
+
+    async def gather_children(self, episodes: Sequence[Episode], seeds: Sequence[int], ids: Sequence[str],
+                              trainable: bool = True, trains: bool = True) -> list[Rollout]:
+        """Sub-episodes; ``trainable`` is what their parent requested, ``trains`` whether they
+        train at all (False below any ancestor requested not trainable: for the episode log)."""
         if not episodes:
             return []
         remaining = len(episodes)
         self.runnable += remaining - 1  # the parent's slot passes to its children
 
-        async def child(episode: Episode, seed: int) -> Rollout:
+        async def child(episode: Episode, seed: int, episode_id: str) -> Rollout:
             nonlocal remaining
             try:
-                return _as_child(await play_and_score(episode, _Context(self, seed)), trainable)
+                rollout = await play_and_score(episode, _Context(self, seed, episode_id, trains))
+                return _as_child(rollout, trainable)
             finally:
                 remaining -= 1
                 if remaining:  # the last child hands its slot back to the waiting parent
                     self.runnable -= 1
                     self.maybe_flush()
 
-        return list(await asyncio.gather(*(child(e, s) for e, s in zip(episodes, seeds))))
+        return list(await asyncio.gather(*(child(e, s, i) for e, s, i in zip(episodes, seeds, ids))))
 
 
 @dataclass
@@ -150,17 +200,108 @@ class Batch:
 
 
 class Arena:
-    """Registers a rollout worker and bots; plays episodes; scores, credits and batches them."""
+    """Plays episodes (any mix of policies, nested episodes included), scores, credits and batches
+    them; the engine specification's arena.
 
-    def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, bots: dict | None = None,
-                 retry: RetrySettings | None = None, remotes: dict | None = None):
+    Args:
+        worker: The rollout backend serving every model policy (None: bots and remote models only).
+            The DataModule sets it (and the other engine settings below) at setup, so a custom
+            arena named in ``data.arena`` needs none of them in its own arguments.
+        sampling: How model completions are sampled.
+        bots: Scripted players by name (``bot:<name>`` seats).
+        retry: How a generate call that failed with a transient fault is retried.
+        remotes: Models behind OpenAI-compatible servers by name (``remote:<name>`` seats and judges).
+        max_concurrent: Episodes in flight at once (None: every episode of a batch at once).
+            Fewer bound the memory of long episodes; the batched generate calls get smaller.
+        episodes_per_batch: Episodes a ``step()`` plays (the DataModule sets its own).
+        credit: The credit assigner ``step()`` and ``build_training_batch`` use (default GRPO).
+        seed: Seed of ``step()``'s batch streams (batch ``i`` draws from ``seeded_rng(seed, 0, i)``).
+        source: What ``get_batch`` draws from when no episode is registered (the DataModule sets
+            the config's ``data.episodes`` or its games' mix).
+        episode_log: A :class:`sp_lightning.episode_log.EpisodeLog` to write the run's events to.
+
+    Subclass it and override ``get_batch`` for a curriculum, the hooks (``on_startup``,
+    ``on_shutdown``, ``on_train_start``, ``on_train_end``) for resources, ``observe`` to read a
+    batch's rollouts (a store of generated questions grows there).
+    """
+
+    def __init__(self, worker: RolloutWorker | None = None, sampling: SamplingSettings | None = None,
+                 bots: dict | None = None, retry: RetrySettings | None = None, remotes: dict | None = None,
+                 max_concurrent: int | None = None, episodes_per_batch: int = 64, credit=None, seed: int = 0,
+                 source: EpisodeSource | None = None, episode_log=None):
+        if max_concurrent is not None and max_concurrent < 1:
+            raise ValueError(f"arena.max_concurrent: expected >= 1 or null, got {max_concurrent!r}")
+        if episodes_per_batch < 1:
+            raise ValueError(f"arena.episodes_per_batch: expected >= 1, got {episodes_per_batch!r}")
         self.worker = worker
-        self.sampling = sampling
+        self.sampling = sampling or SamplingSettings()
         self.bots = dict(bots or {})
         self.remotes = dict(remotes or {})  # name -> rollout.remote.RemoteModel
         self.retry = retry or RetrySettings()
+        self.max_concurrent = max_concurrent
+        self.episodes_per_batch = episodes_per_batch
+        self.credit = credit
+        self.seed = seed
+        self.source = source
+        self.episode_log = episode_log
+        self.roles: dict[str, Role] = {}
+        self.episodes: dict[str, tuple[Episode, float]] = {}  # name -> (episode, weight)
+        self.stores: dict[str, ArtifactStore] = {}
+        self.steps_done = 0
         self.last_retries = 0
+        self.last_generate_calls = 0
+        self.last_most_in_flight = 0
 
+    # ---- registries ---------------------------------------------------------------------------
+    def add_role(self, role: Role) -> Role:
+        """Register a trainable role (a seat, a proposer, a solver); names are unique."""
+        if role.name in self.roles:
+            raise ValueError(f"arena.add_role: a role named {role.name!r} is already registered")
+        self.roles[role.name] = role
+        return role
+
+    def add_episode(self, episode: Episode, weight: float = 1.0, name: str | None = None) -> Episode:
+        """Register an episode that the default ``get_batch`` draws by ``weight`` (its roles are
+        registered too, once each)."""
+        name = name or episode.name
+        if name in self.episodes:
+            raise ValueError(f"arena.add_episode: an episode named {name!r} is already registered")
+        if not weight > 0.0:
+            raise ValueError(f"arena.add_episode({name!r}): expected a weight > 0, got {weight!r}")
+        self.episodes[name] = (episode, float(weight))
+        for role in getattr(episode, "roles", []):
+            self.roles.setdefault(role.name, role)
+        return episode
+
+    def add_store(self, name: str, store: ArtifactStore) -> ArtifactStore:
+        """Register an artifact store (topics, questions): ``get_batch`` and ``observe`` read and
+        grow it, and the arena's state (hence a checkpoint) holds it."""
+        if name in self.stores:
+            raise ValueError(f"arena.add_store: a store named {name!r} is already registered")
+        self.stores[name] = store
+        return store
+
+    # ---- what a batch plays -------------------------------------------------------------------
+    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
+        """``size`` episode requests for one batch, everything random drawn from ``rng``: the
+        registered episodes by weight, or else the source's batch. Override it for a curriculum."""
+        if self.episodes:
+            names = list(self.episodes)
+            weights = [self.episodes[n][1] for n in names]
+            picked = rng.choices(names, weights=weights, k=size)
+            return [EpisodeRequest(self.episodes[n][0], rng.randrange(2**31)) for n in picked]
+        if self.source is not None:
+            return self.source.get_batch(rng, size)
+        raise ValueError("arena.get_batch: no episode is registered (add_episode) and no source is set "
+                         "(data.games or data.episodes); override get_batch or register one")
+
+    def observe(self, rollouts: list[Rollout]) -> None:
+        """A batch's finished rollouts (scored, credited): the source's (curricula, the league's
+        ratings) by default."""
+        if self.source is not None:
+            self.source.observe(rollouts)
+
+    # ---- playing ------------------------------------------------------------------------------
     def bot_answer(self, request: ModelRequest) -> Completion:
         name = request.policy.name
         if name not in self.bots:
@@ -174,38 +315,188 @@ class Arena:
                              f"known: {sorted(self.remotes)}")
         return self.remotes[name]
 
-    def play(self, episodes: Sequence[Episode], seeds: Sequence[int]) -> list[Rollout]:
-        """Play every episode concurrently; each is scored by its rubric as it ends (nested
-        ones included)."""
+    def play(self, episodes: Sequence[Episode], seeds: Sequence[int],
+             max_concurrent: int | None = None) -> list[Rollout]:
+        """Play every episode, concurrently (at most ``max_concurrent`` at once; default the
+        arena's); each is scored by its rubric as it ends (nested ones included)."""
         run = _Run(self)
-        run.runnable = len(episodes)
-
-        async def main():
-            return await asyncio.gather(*(run.play_top(e, s) for e, s in zip(episodes, seeds)))
-
-        rollouts = list(_run_coroutine(main()))
+        limit = max_concurrent if max_concurrent is not None else self.max_concurrent
+        rollouts = list(_run_coroutine(run.play_all(episodes, seeds, limit)))
         self.last_generate_calls = run.generate_calls
         self.last_retries = run.retries
+        self.last_most_in_flight = run.most_in_flight
         return rollouts
 
-    def collect(self, episodes: Sequence[Episode], seeds: Sequence[int], credit) -> Batch:
+    def generate_rollouts(self, requests: Sequence[EpisodeRequest],
+                          max_concurrent: int | None = None) -> list[Rollout]:
+        """The result tree (``GenerateResult``) of each request, in order."""
+        return self.play([r.episode for r in requests], [r.seed for r in requests], max_concurrent)
+
+    def run_episode(self, episode: Episode | EpisodeRequest, seed: int = 0) -> Rollout:
+        """One episode, played and scored (a request carries its own seed)."""
+        if isinstance(episode, EpisodeRequest):
+            episode, seed = episode.episode, episode.seed
+        (rollout,) = self.play([episode], [seed])
+        return rollout
+
+    def build_training_batch(self, rollouts: list[Rollout], credit=None) -> Batch:
+        """Credit the result trees (``credit``, default the arena's) and flatten them into
+        training records: every trainable step with tokens, at any level; non-trainable
+        sub-episodes, judges, bots and other policies give none."""
+        credit = credit if credit is not None else self._credit()
+        credit.assign(rollouts)
+        records = to_records(rollouts)
+        metrics = rollout_metrics(rollouts)
+        metrics["rollout/records"] = float(len(records))
+        for name, value in getattr(credit, "last_stats", {}).items():
+            metrics[f"credit/{name}"] = float(value)
+        return Batch(records=records, rollouts=rollouts, metrics=metrics)
+
+    def collect(self, episodes: Sequence[Episode], seeds: Sequence[int], credit=None) -> Batch:
         """Play, score, assign credit and build the training records of one batch."""
         start = time.perf_counter()
         tokens_before = getattr(self.worker, "generated_tokens", 0)
         rollouts = self.play(episodes, seeds)
         elapsed = time.perf_counter() - start
-        credit.assign(rollouts)
-        records = to_records(rollouts)
-        metrics = rollout_metrics(rollouts)
+        batch = self.build_training_batch(rollouts, credit)
         generated = getattr(self.worker, "generated_tokens", 0) - tokens_before
-        metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
-        metrics["rollout/seconds"] = elapsed
-        metrics["rollout/generate_calls"] = float(self.last_generate_calls)
-        metrics["rollout/retries"] = float(self.last_retries)
-        metrics["rollout/records"] = float(len(records))
-        for name, value in getattr(credit, "last_stats", {}).items():
-            metrics[f"credit/{name}"] = float(value)
-        return Batch(records=records, rollouts=rollouts, metrics=metrics)
+        batch.metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
+        batch.metrics["rollout/seconds"] = elapsed
+        batch.metrics["rollout/generate_calls"] = float(self.last_generate_calls)
+        batch.metrics["rollout/retries"] = float(self.last_retries)
+        return batch
+
+    def step(self, rng: random.Random | None = None, size: int | None = None, credit=None) -> Batch:
+        """One batch: ``get_batch`` (from ``rng``, default batch ``steps_done``'s own stream),
+        played, credited and built, then shown to ``observe``."""
+        rng = rng if rng is not None else seeded_rng(self.seed, 0, self.steps_done)
+        if self.episode_log is not None:
+            self.episode_log.batch_index = self.steps_done
+        requests = self.get_batch(rng, size or self.episodes_per_batch)
+        batch = self.collect([r.episode for r in requests], [r.seed for r in requests], credit)
+        self.observe(batch.rollouts)
+        if self.episode_log is not None:
+            self.episode_log.batch(self.steps_done, batch)
+        self.steps_done += 1
+        return batch
+
+    def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:
+        """``steps`` batches without training (a rollout-only run: any backend, remote models
+        included), between ``on_startup`` and ``on_shutdown``; prints each batch's summary and
+        ``show`` of its episodes and records (decoded when the worker has a tokenizer) to
+        ``out``. Returns every batch's metrics."""
+        out = out or sys.stdout
+        history = []
+        self.on_startup()
+        try:
+            for _ in range(steps):
+                index = self.steps_done
+                batch = self.step()
+                history.append(batch.metrics)
+                print(f"batch {index}: {batch_summary(batch)}", file=out, flush=True)
+                if show:
+                    for rollout in batch.rollouts[:show]:
+                        print(describe_rollout(rollout), file=out)
+                    self.sanity_check_batch(batch, show, out=out)
+        finally:
+            self.on_shutdown()
+        return history
+
+    def sanity_check_batch(self, batch: Batch, count: int = 3, out=None) -> None:
+        """Print ``count`` of the batch's records: prompt and completion (decoded when the worker
+        has a tokenizer, else the ids), the trained-token mask, reward and advantage."""
+        out = out or sys.stdout
+        tokenizer = getattr(self.worker, "tokenizer", None)
+        print(f"{len(batch.records)} records from {len(batch.rollouts)} episodes", file=out)
+        for index, record in enumerate(batch.records[:count]):
+            fields = decoded_record(record, tokenizer)
+            print(f"--- record {index}: reward {record.reward:+.3f}, advantage {record.advantage:+.3f}, "
+                  f"policy version {record.policy_version}, trained tokens {sum(record.action_mask)}"
+                  f"/{len(record.completion_ids)}", file=out)
+            print(f"prompt:     {fields['prompt'][-400:]!r}", file=out)
+            print(f"completion: {fields['completion']!r}", file=out)
+            print(f"mask:       {record.action_mask}", file=out)
+        out.flush()
+
+    def _credit(self):
+        if self.credit is None:
+            from sp_lightning.credit import GRPO
+
+            self.credit = GRPO()
+        return self.credit
+
+    # ---- lifecycle hooks (override; call super() for the defaults) ----------------------------
+    def on_startup(self) -> None:
+        """Before the first batch (``run``, and the DataModule's setup)."""
+
+    def on_shutdown(self) -> None:
+        """After the last batch: closes remote models' connections (a remote rollout worker's too)
+        and the episode log. Each reopens on demand, so calling it twice is harmless."""
+        for model in self.remotes.values():
+            model.close()
+        if hasattr(self.worker, "close"):
+            self.worker.close()
+        if self.episode_log is not None:
+            self.episode_log.close()
+
+    def on_train_start(self) -> None:
+        """When ``fit`` starts training (the module calls it)."""
+
+    def on_train_end(self) -> None:
+        """When ``fit`` ends training."""
+
+    # ---- state --------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The registered stores' items and weights (the source checkpoints its own)."""
+        return {"stores": {name: store.state_dict() for name, store in self.stores.items()},
+                "steps_done": self.steps_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, store_state in state.get("stores", {}).items():
+            if name in self.stores:
+                self.stores[name].load_state_dict(store_state)
+        self.steps_done = state.get("steps_done", self.steps_done)
+
+
+def batch_summary(batch: Batch) -> str:
+    """One line: episodes, records, mean reward and advantage, and the per-episode metrics."""
+    records = batch.records
+    reward = sum(r.reward for r in records) / max(len(records), 1)
+    advantage = sum(r.advantage for r in records) / max(len(records), 1)
+    shown = {k: v for k, v in batch.metrics.items() if not k.startswith(("rollout/", "credit/"))}
+    parts = [f"{len(batch.rollouts)} episodes", f"{len(records)} records",
+             f"reward {reward:+.3f}", f"advantage {advantage:+.3f}"]
+    parts += [f"{k} {v:.3g}" for k, v in sorted(shown.items())]
+    return ", ".join(parts)
+
+
+def describe_rollout(rollout: Rollout, max_chars: int = 160, indent: str = "") -> str:
+    """A finished episode as text: who sat where, every step's answer, the rewards, and its
+    children below it."""
+    seats = ", ".join(f"{role}={policy}" for role, policy in rollout.seats.items()) or "no seats"
+    rewards = ", ".join(f"{role} {reward:+.3f}" for role, reward in rollout.rewards.items())
+    lines = [f"{indent}episode {rollout.episode} (level {rollout.level}{'' if rollout.trainable else ', not trainable'}"
+             f"; {seats}): rewards {rewards or 'none'}"]
+    for step in rollout.steps:
+        text = step.completion.text
+        text = text if len(text) <= max_chars else text[:max_chars] + "..."
+        flags = " (invalid)" if step.info.get("invalid_move") else ""
+        lines.append(f"{indent}  {step.role} [{step.completion.policy}]: {text!r}{flags}")
+    for verdict in rollout.judgements:
+        lines.append(f"{indent}  judge {verdict.get('judge', '')} [{verdict.get('policy', '')}]: "
+                     f"{str(verdict.get('text', ''))[:max_chars]!r}")
+    lines += [describe_rollout(child, max_chars, indent + "    ") for child in rollout.children]
+    return "\n".join(lines)
+
+
+def decoded_record(record: TrainingRecord, tokenizer=None) -> dict:
+    """A record as text (ids where there is no tokenizer), with its mask, reward and advantage."""
+    def text(ids):
+        return tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
+
+    return {"prompt": text(record.prompt_ids), "completion": text(record.completion_ids),
+            "action_mask": list(record.action_mask), "reward": record.reward,
+            "advantage": record.advantage, "policy_version": record.policy_version}
 
 
 def _run_coroutine(coroutine):

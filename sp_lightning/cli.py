@@ -6,14 +6,17 @@
     sp-lightning evaluate --config configs/kuhn_poker_league_tiny.yaml --checkpoint <ckpt> \
         --opponent bot:random --games_per_seat 1000 --seed 7 --exploitability true
     sp-lightning play --config configs/tictactoe_tiny.yaml --checkpoint <ckpt>   # you against it
+    sp-lightning rollout --config configs/debate_tiny.yaml --steps 2 --show 1      # no training
 
 ``validate`` is the in-training evaluation: the policy against the evaluation opponent
 (RandomBot by default) over ``data.eval.games`` games per game, split evenly over the seats, with
 95% intervals. ``evaluate`` runs the same evaluation (``sp_lightning.evaluation``) outside the
 Trainer, on seeds of your choice: a checkpoint (a Lightning ``.ckpt`` or a peft adapter
 directory; none is the untrained policy) against an opponent (``bot:<name>``, ``base`` or
-``checkpoint:<adapter dir>``), with exploitability where the game has it. Without
-``--checkpoint`` it evaluates the untrained policy.
+``checkpoint:<adapter dir>`` or ``remote:<name>`` of ``data.remote_models``), with
+exploitability where the game has it. Without ``--checkpoint`` it evaluates the untrained policy.
+``rollout`` plays the config's batches (any backend, remote servers included) and prints them,
+credited, without training.
 """
 
 from __future__ import annotations
@@ -161,8 +164,8 @@ def evaluate_main(args: list[str]) -> dict:
 
     parser = argparse.ArgumentParser(prog="sp-lightning evaluate", description=evaluate_main.__doc__)
     parser.add_argument("--checkpoint", help="Lightning .ckpt or peft adapter dir of the policy; none: untrained")
-    parser.add_argument("--opponent", default=None, help="bot:<name> | base | checkpoint:<adapter dir> "
-                        "(default: the config's data.eval.opponent)")
+    parser.add_argument("--opponent", default=None, help="bot:<name> | base | checkpoint:<adapter dir> | "
+                        "remote:<name of data.remote_models> (default: the config's data.eval.opponent)")
     parser.add_argument("--games_per_seat", type=int, default=500)
     parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
     parser.add_argument("--exploitability", type=lambda v: v.lower() in ("1", "true", "yes"), default=False)
@@ -176,7 +179,8 @@ def evaluate_main(args: list[str]) -> dict:
     report = {}
     for game in dm.games:
         result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
-                          sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=dm.eval_env_overrides())
+                          sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=dm.eval_env_overrides(),
+                          remotes=dm.remote_models)
         entry = {**result.as_metrics(game.name), "games": result.games}
         print(f"{game.name}: {ours.checkpoint or 'untrained'} vs {opponent}, seed {ours.seed}: {result.summary()}")
         if ours.exploitability:
@@ -192,6 +196,26 @@ def evaluate_main(args: list[str]) -> dict:
     return report
 
 
+def rollout_main(args: list[str]) -> list[dict[str, float]]:
+    """``sp-lightning rollout``: the config's batches played by its arena and backend (a remote
+    server included, ``data.rollout`` or ``remote:`` seats), credited and printed, without
+    training; the episode log (``data.episode_log``) records them as in ``fit``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="sp-lightning rollout", description=rollout_main.__doc__)
+    parser.add_argument("--steps", type=int, default=3, help="batches to play")
+    parser.add_argument("--show", type=int, default=2, help="episodes and records of each batch to print")
+    parser.add_argument("--checkpoint", help="Lightning .ckpt or peft adapter dir of the policy; none: untrained")
+    ours, rest = parser.parse_known_args(args)
+    if ours.steps < 1 or ours.show < 0:
+        parser.error(f"expected --steps >= 1 and --show >= 0, got {ours.steps} and {ours.show}")
+    module, dm = build_from_config(*rest)
+    if ours.checkpoint:
+        load_checkpoint(module, ours.checkpoint)
+    arena = dm.build_arena(module)
+    return arena.run(ours.steps, show=ours.show)
+
+
 def main(args=None) -> None:
     import sys
 
@@ -201,6 +225,9 @@ def main(args=None) -> None:
     argv = sys.argv[1:] if args is None else list(args)
     if argv[:1] == ["evaluate"]:
         evaluate_main(argv[1:])
+        return
+    if argv[:1] == ["rollout"]:
+        rollout_main(argv[1:])
         return
     if argv[:1] == ["play"]:
         from sp_lightning.play import play_main

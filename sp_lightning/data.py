@@ -30,10 +30,11 @@ from torch.utils.data import DataLoader, IterableDataset
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena, seeded_rng
 from sp_lightning.credit import GRPO, CreditAssigner
+from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
-from sp_lightning.sources import EpisodeSource, GameMix
+from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
 
 RolloutFactory = Callable[[Any, Any], RolloutWorker]
 """A rollout backend class with its settings; LightningCLI leaves (model, tokenizer) to setup."""
@@ -65,10 +66,8 @@ class _RolloutStream(IterableDataset):
         rank = dm.trainer.global_rank if dm.trainer is not None else 0
         while True:
             # one stream per batch, from the batch's index: a resumed run plays the same games
-            rng = seeded_rng(dm.seed, rank, batch=dm.batches_played)
-            requests = dm.source.get_batch(rng, dm.episodes_per_batch)
-            batch = dm.arena.collect([r.episode for r in requests], [r.seed for r in requests], dm.credit)
-            dm.source.observe(batch.rollouts)
+            dm.arena.steps_done = dm.batches_played
+            batch = dm.arena.step(seeded_rng(dm.seed, rank, batch=dm.batches_played))
             dm.batches_played += 1
             yield batch
 
@@ -115,6 +114,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         retry: RetrySettings | None = None,
         episodes: EpisodeSource | None = None,
         remote_models: dict[str, RemoteModel] | None = None,
+        arena: Arena | None = None,
+        episode_log: EpisodeLogSettings | None = None,
     ):
         """
         Args:
@@ -137,11 +138,20 @@ class SelfPlayDataModule(L.LightningDataModule):
                 sp_lightning.sources.GameMix of ``games`` with seats from ``opponents``.
             remote_models: Models behind OpenAI-compatible servers, by name: a seat, an opponent
                 or a judge plays one as ``remote:<name>`` (see sp_lightning.rollout.remote).
+            arena: The arena that plays each batch (class_path: sp_lightning.arena.Arena by
+                default, or a subclass with its own ``get_batch``, registered episodes and
+                hooks); its worker, sampling, bots, credit and batch size are set from this
+                module's settings at setup. ``init_args: {max_concurrent: N}`` bounds the
+                episodes in flight.
+            episode_log: A human-readable log of the run's episodes, model calls, rewards and
+                batches (``path``), and optionally each batch's decoded records as JSONL
+                (``records``); off by default.
         """
         super().__init__()
         games = list(games or [])
-        if not games and episodes is None:
-            raise ValueError("data.games: expected at least one game (or an episode source in data.episodes), got none")
+        if not games and episodes is None and arena is None:
+            raise ValueError("data.games: expected at least one game (or an episode source in data.episodes, "
+                             "or an arena in data.arena), got none")
         if episodes_per_batch < 1:
             raise ValueError(f"data.episodes_per_batch: expected >= 1, got {episodes_per_batch}")
         self.games = games
@@ -153,25 +163,60 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.opponents: OpponentSampler = opponents if opponents is not None else FixedMix()
         self.rollout_factory: RolloutFactory = rollout if rollout is not None else HFRolloutWorker
         self.retry = retry or RetrySettings()
-        self.source: EpisodeSource = episodes if episodes is not None else GameMix(self.games, self.opponents)
+        # with neither episodes nor games the arena (data.arena) says what a batch plays
+        self.source: EpisodeSource = (episodes if episodes is not None
+                                      else GameMix(self.games, self.opponents) if games else NoEpisodes())
         self.remote_models = dict(remote_models or {})
+        self.episode_log = episode_log or EpisodeLogSettings()
         self.batches_played = 0
         self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
-        self.arena: Arena | None = None
+        self._arena_state: dict[str, Any] | None = None  # the same, for the arena's own state
+        self.arena: Arena = arena if arena is not None else Arena()
         self.worker: RolloutWorker | None = None
 
     def setup(self, stage: str) -> None:
-        from envs import make_bots
-
         if self.worker is not None:  # setup runs again for validate after fit
             return
-        module = self.trainer.lightning_module
+        self.build_arena(self.trainer.lightning_module, rank=self.trainer.global_rank)
+        if stage == "fit" and not getattr(self.worker, "trains", True):
+            raise ValueError(f"data.rollout: {type(self.worker).__name__} answers with text only (no token ids "
+                             f"or logprobs), so nothing it plays can train; use it with `sp-lightning rollout` "
+                             f"or `evaluate`, and a local backend (HFRolloutWorker) for fit")
+        self.arena.on_startup()
+
+    def build_arena(self, module, rank: int = 0) -> Arena:
+        """Give the arena the engine it plays with (the rollout worker built on ``module``'s model,
+        bots, sampling, credit, the batch size, the source of episodes, the episode log). ``fit``
+        calls it at setup (then the arena's ``on_startup``); ``sp-lightning rollout`` calls it
+        without a Trainer, then ``arena.run``."""
+        from envs import make_bots
+
         check_moves_fit(self.games, module.tokenizer, self.sampling.max_new_tokens)
         self.worker = self.rollout_factory(module.model, module.tokenizer)
-        bots = {**make_bots(self.seed), **self.source.bots(self.seed)}
-        self.arena = Arena(self.worker, self.sampling, bots=bots, retry=self.retry, remotes=self.remote_models)
+        arena = self.arena
+        arena.worker, arena.sampling, arena.retry = self.worker, self.sampling, self.retry
+        arena.bots = {**make_bots(self.seed), **self.source.bots(self.seed), **arena.bots}
+        arena.remotes = {**self.remote_models, **arena.remotes}
+        arena.credit, arena.episodes_per_batch, arena.seed = self.credit, self.episodes_per_batch, self.seed
+        if arena.source is None:
+            arena.source = self.source
+        if self.episode_log.path is not None and rank == 0 and arena.episode_log is None:
+            arena.episode_log = EpisodeLog(self.episode_log, tokenizer=module.tokenizer)
         self._restore_bot_rngs()
+        if self._arena_state is not None:
+            arena.load_state_dict(self._arena_state)
+            self._arena_state = None
         module.attach_rollout_worker(self.worker)
+        return arena
+
+    def teardown(self, stage: str) -> None:
+        if self.worker is not None:
+            self.arena.on_shutdown()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A run that raised skips teardown: the arena still shuts down (its log is closed)."""
+        if self.worker is not None:
+            self.arena.on_shutdown()
 
     def eval_env_overrides(self) -> dict[str, Any]:
         """Env settings of evaluation games: the eval invalid-move policy, if one is set."""
@@ -194,9 +239,10 @@ class SelfPlayDataModule(L.LightningDataModule):
                  "source": self.source.state_dict()}
         if hasattr(self.credit, "state_dict"):
             state["credit"] = self.credit.state_dict()
-        if self.arena is not None:  # the bots' own random streams (RandomBot's moves...)
+        if self.worker is not None:  # the bots' own random streams (RandomBot's moves...)
             bots = {name: rng_streams.object_state(bot) for name, bot in self.arena.bots.items()}
             state["bot_rngs"] = {name: s for name, s in bots.items() if s is not None}
+        state["arena"] = self.arena.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -209,10 +255,15 @@ class SelfPlayDataModule(L.LightningDataModule):
             self.source.load_state_dict(state["source"])
         self._bot_rngs = state.get("bot_rngs", {})
         self._restore_bot_rngs()
+        if "arena" in state:
+            if self.worker is not None:
+                self.arena.load_state_dict(state["arena"])
+            else:
+                self._arena_state = state["arena"]  # build_arena applies it
 
     def _restore_bot_rngs(self) -> None:
-        if self.arena is None:
-            return  # setup() applies them once the arena exists
+        if self.worker is None:
+            return  # build_arena() applies them once the arena has its bots
         for name, bot_state in self._bot_rngs.items():
             if name in self.arena.bots:
                 rng_streams.set_object_state(self.arena.bots[name], bot_state)

@@ -484,7 +484,7 @@ class SelfPlayModule(L.LightningModule):
         dm = self.trainer.datamodule
         result = evaluate(dm.worker, game, opponent=dm.eval.opponent, sampling=dm.eval_sampling(),
                           games_per_seat=max(1, dm.eval.games // len(game.agents)), seed=dm.eval.seed,
-                          env_overrides=dm.eval_env_overrides())
+                          env_overrides=dm.eval_env_overrides(), remotes=dm.remote_models)
         metrics = result.as_metrics(f"val/{game.name}")
         line = f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}"
         if dm.eval.exploitability:
@@ -515,6 +515,19 @@ class SelfPlayModule(L.LightningModule):
         states, self._resumed_rng_states = self._resumed_rng_states, None
         if states is not None:
             rng_streams.set_global_states(states)
+        arena = self._datamodule_arena()
+        if arena is not None:
+            arena.on_train_start()
+
+    def on_train_end(self) -> None:
+        arena = self._datamodule_arena()
+        if arena is not None:
+            arena.on_train_end()
+
+    def _datamodule_arena(self):
+        """The arena of the run's DataModule (its lifecycle hooks follow training), if any."""
+        dm = getattr(self.trainer, "datamodule", None)
+        return getattr(dm, "arena", None)
 
     def save_adapter(self, path: str | os.PathLike[str]) -> None:
         """The trained adapter (or the whole model without LoRA) and the tokenizer, with

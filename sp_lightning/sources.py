@@ -50,6 +50,15 @@ class EpisodeSource:
         pass
 
 
+class NoEpisodes(EpisodeSource):
+    """The source of a run with neither games nor ``data.episodes``: its arena must say what a
+    batch plays (registered episodes or its own ``get_batch``)."""
+
+    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
+        raise ValueError("arena.get_batch: no episode is registered (add_episode), data.games and data.episodes "
+                         "are empty; register episodes on the arena (data.arena) or override its get_batch")
+
+
 class GameMix(EpisodeSource):
     """The config's games by weight, each seat filled by the opponent sampler (the default)."""
 

@@ -53,6 +53,9 @@ class ModelRequest:
     messages: list[dict[str, str]]
     policy: PolicyRef
     legal_actions: list[str] | None = None  # lets bots answer without a model
+    policy_version: int | None = None
+    """The rollout worker's weight version when a ``learner`` request was sent (set by the arena):
+    the completion was sampled from that version. Other policies' weights never change."""
 
 
 @dataclass

@@ -1,5 +1,7 @@
 import pytest
 
+from tests.helpers import ScriptedOpenAIServer
+
 
 @pytest.fixture(scope="session")
 def tiny_policy():
@@ -20,3 +22,17 @@ def pytest_terminal_summary(terminalreporter):
     resume = sys.modules.get("test_exact_resume")
     if resume is not None and resume.COUNTS:
         terminalreporter.write_line("exact resume: " + ", ".join(f"{what} {n}" for what, n in resume.COUNTS.items()))
+
+
+@pytest.fixture
+def serve():
+    """Starts ScriptedOpenAIServer(**kwargs) on loopback; every one started is closed after the test."""
+    servers = []
+
+    def start(**kwargs):
+        servers.append(ScriptedOpenAIServer(**kwargs))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()

@@ -3,13 +3,19 @@
 ``ScriptedWorker`` is a test double of the rollout backend only: it answers model calls with
 scripted text (so the arena, episodes, rubrics, credit and records under test are the real ones)
 and keeps every generate call, so tests can count how requests were batched.
+``ScriptedOpenAIServer`` is a test double of a remote model's server only: a real HTTP server on
+loopback speaking the chat-completions protocol, scripted to fail, stall or answer.
 ``fit_batches`` runs a real ``fit`` of a shipped config on the tiny model and returns the batches
 it trained on.
 """
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import lightning as L
 
@@ -64,3 +70,58 @@ def fit_batches(config: str, tmp_path, steps: int, *overrides: str):
                            default_root_dir=str(tmp_path), callbacks=[keep])
     trainer.fit(module, datamodule=dm)
     return trainer, keep.batches
+
+
+class ScriptedOpenAIServer:
+    """Answers ``POST /v1/chat/completions`` with ``answer(body)``; the first ``fail_first``
+    requests get HTTP ``status`` (with a 1 ms retry-after), the first ``slow_first`` wait
+    ``delay`` seconds before answering; ``GET /v1/version`` answers ``{"version": 7}``."""
+
+    def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0):
+        self.answer, self.fail_first, self.status = answer, fail_first, status
+        self.slow_first, self.delay = slow_first, delay
+        self.hits = 0
+        self.bodies = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, code, payload, headers=()):
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for key, value in headers:
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._send(200, {"version": 7})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                with server.lock:
+                    server.hits += 1
+                    hit = server.hits
+                    server.bodies.append(body)
+                if hit <= server.fail_first:
+                    self._send(server.status, {"error": {"message": "scripted failure"}}, [("retry-after-ms", "1")])
+                    return
+                if hit <= server.slow_first:
+                    time.sleep(server.delay)
+                self._send(200, {"id": f"c{hit}", "object": "chat.completion", "created": 0, "model": body["model"],
+                                 "choices": [{"index": 0, "finish_reason": "stop",
+                                              "message": {"role": "assistant", "content": server.answer(body)}}],
+                                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -113,14 +113,16 @@ def play(
     sampling: SamplingSettings | None = None,
     seed: int = 12345,
     env_overrides: dict | None = None,
+    remotes: dict | None = None,
 ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
     """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat; the result and
     ``(policy's seat, rollout)`` of every game (for ratings).
 
-    ``opponent`` is one policy for every other seat, or one per other seat (in seat order).
+    ``opponent`` is one policy for every other seat, or one per other seat (in seat order);
+    ``remote:<name>`` plays the model ``remotes[name]`` (a :class:`RemoteModel`) serves.
     """
     match = Match(game, policy, opponent, games_per_seat, seed, env_overrides)
-    games = match.games(play_matches(worker, [match], sampling, seed)[0])
+    games = match.games(play_matches(worker, [match], sampling, seed, remotes)[0])
     return summarize(games, str(match.hero), match.label, game.agents), games
 
 
@@ -169,12 +171,13 @@ class Match:
 
 
 def play_matches(worker: RolloutWorker | None, matches: list[Match], sampling: SamplingSettings | None,
-                 seed: int) -> list[list[Rollout]]:
+                 seed: int, remotes: dict | None = None) -> list[list[Rollout]]:
     """Every match's games in one arena run, so that the model moves of all of them (any mix of
-    adapters) share generate calls; the rollouts of each match, in its episodes' order."""
+    adapters) share generate calls; the rollouts of each match, in its episodes' order.
+    ``remotes``: the remote models (by name) that ``remote:<name>`` seats ask."""
     from envs import make_bots
 
-    arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed))
+    arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed), remotes=remotes)
     episodes = [e for m in matches for e in m.episodes]
     seeds = [s for m in matches for s in m.seeds]
     with torch.random.fork_rng():

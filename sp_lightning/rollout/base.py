@@ -48,6 +48,9 @@ class RolloutWorker(ABC):
     """
 
     policy_version: int = 0
+    trains: bool = True
+    """Whether its completions carry the token ids and logprobs training needs (a text-only
+    backend sets False, and ``fit`` refuses it)."""
 
     @abstractmethod
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:

@@ -24,7 +24,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sp_lightning.rollout.base import SamplingSettings
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import Completion, ModelRequest
 
 
@@ -136,3 +136,71 @@ class RemoteModel:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+class RemoteRolloutWorker(RolloutWorker):
+    """Every model policy of a run served by one OpenAI-compatible server: rollout-only runs
+    (``sp-lightning rollout``) and evaluations of a model that only a server holds.
+
+    ``learner`` asks for ``served_model``; ``checkpoint:<id>`` for the model named ``<id>`` on the
+    same server (a vLLM server serves its loaded LoRA adapters by name); ``base`` for
+    ``base_model``. The answers are text only: no token ids or logprobs, so nothing it plays can
+    train (``trains = False``; ``fit`` refuses it). The settings are :class:`RemoteModel`'s.
+
+    In a config: ``data.rollout: {class_path: sp_lightning.rollout.remote.RemoteRolloutWorker,
+    init_args: {base_url: http://127.0.0.1:8000/v1, served_model: my-model}}``.
+    """
+
+    trains = False
+
+    def __init__(self, model=None, tokenizer=None, *, base_url: str, served_model: str,
+                 base_model: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
+                 max_retries: int = 3, max_concurrency: int = 8, version_url: str | None = None):
+        self.base_model = base_model
+        self.settings = dict(base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+                             max_retries=max_retries, max_concurrency=max_concurrency)
+        self.served = RemoteModel(model=served_model, version_url=version_url, **self.settings)
+        self.models: dict[str, RemoteModel] = {served_model: self.served}
+        self.tokenizer = None  # completions carry no token ids: records show text only
+        self._pool: ThreadPoolExecutor | None = None
+        self.policy_version = self.served.get_policy_version()
+
+    def model_for(self, policy) -> RemoteModel:
+        """The server-side model that serves ``policy``."""
+        if policy.kind == "learner":
+            name = self.served.model
+        elif policy.kind == "checkpoint":
+            name = policy.name
+        elif policy.kind == "base" and self.base_model:
+            name = self.base_model
+        else:
+            raise ValueError(f"RemoteRolloutWorker at {self.settings['base_url']}: cannot serve policy {policy} "
+                             f"(learner, checkpoint:<served name>, and base with base_model set)")
+        if name not in self.models:
+            self.models[name] = RemoteModel(model=name, **self.settings)
+        return self.models[name]
+
+    def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
+        models = [self.model_for(r.policy) for r in requests]  # refuse before sending anything
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.settings["max_concurrency"],
+                                            thread_name_prefix="remote-rollout")
+        texts = list(self._pool.map(lambda pair: pair[0].complete(pair[1].messages, sampling), zip(models, requests)))
+        return [Completion(text=text, policy=r.policy, policy_version=self.policy_version)
+                for text, r in zip(texts, requests)]
+
+    def register_adapter(self, name: str, path: str) -> None:
+        raise ValueError(f"RemoteRolloutWorker: adapter directory {path!r} cannot be sent to "
+                         f"{self.settings['base_url']}; load it on the server and name it checkpoint:<its name>")
+
+    def sync_weights(self, version: int) -> None:
+        """The server's weights are its own: the version is the one its endpoint reports."""
+        self.policy_version = self.served.get_policy_version()
+
+    def close(self) -> None:
+        """Close the connections; the next call opens new ones."""
+        for model in self.models.values():
+            model.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
