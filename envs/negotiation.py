@@ -271,9 +271,7 @@ class SimpleNegotiationEnv(TextGameEnv):
         lines = [
             f"Simple Negotiation, turn {turn} of {g.max_turns}. You are player {seat}.",
             f"Your inventory: {inventory_text(g.inventories[seat])} (value {worth}, {gain:+d} so far).",
-            "Your values (private): "
-            + ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, g.values[seat]))
-            + ".",
+            f"Your values (private): {values_text(g.values[seat])}.",
             f"Player {other}'s inventory: {inventory_text(g.inventories[other])}.",
             f"History: {_history(g)}",
         ]
@@ -290,9 +288,8 @@ class SimpleNegotiationEnv(TextGameEnv):
         g = self.game
         lines = [f"Simple Negotiation (spectator view), {g.turn} of {g.max_turns} turns played."]
         for seat, gain in enumerate(g.gains()):
-            values = ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, g.values[seat]))
             inventory = inventory_text(g.inventories[seat])
-            lines.append(f"player {seat}: {inventory}; values {values}; gain {gain:+d}.")
+            lines.append(f"player {seat}: {inventory}; values {values_text(g.values[seat])}; gain {gain:+d}.")
         lines.append(f"History: {_history(g)}")
         if g.pending is not None and not g.is_terminal:
             lines.append(f"Pending: {g.pending.token} by player {1 - g.current_player}.")
@@ -302,6 +299,11 @@ class SimpleNegotiationEnv(TextGameEnv):
 def inventory_text(units: Sequence[int]) -> str:
     """Units per resource, every resource named: ``2 wheat, 0 wood, ...``."""
     return ", ".join(f"{n} {r}" for n, r in zip(units, RESOURCES))
+
+
+def values_text(values: Sequence[int]) -> str:
+    """A player's value per unit of each resource: ``wheat 3, wood 1, ...``."""
+    return ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, values))
 
 
 def _history(rules: NegotiationRules) -> str:

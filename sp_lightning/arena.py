@@ -60,17 +60,12 @@ class _Context:
         """Nested episodes played concurrently; their model calls join the same batches."""
         first, self._children = self._children, self._children + len(episodes)
         ids = [f"{self.episode_id}.{first + i}" for i in range(len(episodes))]
-        return await self._run.gather_children(episodes, seeds, ids, trainable, self.trainable and trainable)
+        return await self._run.gather_children(episodes, seeds, ids, self.trainable and trainable)
 
-
-def _as_child(rollout: Rollout, trainable: bool) -> Rollout:
-    """One level deeper; with ``trainable=False`` every step of its tree is kept from training."""
-    for node in rollout.walk():
-        node.level += 1
-        if not trainable:
-            for step in node.steps:
-                step.in_trainable_episode = False
-    return rollout
+    @property
+    def level(self) -> int:
+        """The depth of this episode in its tree (0 for a batch's own episodes)."""
+        return self.episode_id.count(".")
 
 
 async def play_and_score(episode: Episode, ctx: _Context) -> Rollout:
@@ -81,10 +76,14 @@ async def play_and_score(episode: Episode, ctx: _Context) -> Rollout:
     if log is not None:
         log.episode_start(ctx.episode_id, episode, ctx.seed)
     rollout = await episode.rollout(ctx)
+    rollout.level = ctx.level
+    if not ctx.trainable:  # a sub-episode requested not trainable, or below one: its steps never train
+        for step in rollout.steps:
+            step.in_trainable_episode = False
     rollout.extras = episode.get_extras(rollout)  # once: the rubric reads it, the batch's metrics log it
     await episode.rubric.ascore(rollout, ctx=ctx, extras=rollout.extras)
     if log is not None:
-        log.episode_end(ctx.episode_id, rollout, level=ctx.episode_id.count("."), trainable=ctx.trainable)
+        log.episode_end(ctx.episode_id, rollout)
     return rollout
 
 
@@ -168,9 +167,9 @@ class _Run:
         return results  # type: ignore[return-value]
 
     async def gather_children(self, episodes: Sequence[Episode], seeds: Sequence[int], ids: Sequence[str],
-                              trainable: bool = True, trains: bool = True) -> list[Rollout]:
-        """Sub-episodes; ``trainable`` is what their parent requested, ``trains`` whether they
-        train at all (False below any ancestor requested not trainable: for the episode log)."""
+                              trainable: bool = True) -> list[Rollout]:
+        """Sub-episodes with ids ``ids``; ``trainable=False``: their steps never train (the
+        parent's request, or an ancestor's)."""
         if not episodes:
             return []
         remaining = len(episodes)
@@ -179,8 +178,7 @@ class _Run:
         async def child(episode: Episode, seed: int, episode_id: str) -> Rollout:
             nonlocal remaining
             try:
-                rollout = await play_and_score(episode, _Context(self, seed, episode_id, trains))
-                return _as_child(rollout, trainable)
+                return await play_and_score(episode, _Context(self, seed, episode_id, trainable))
             finally:
                 remaining -= 1
                 if remaining:  # the last child hands its slot back to the waiting parent
@@ -371,12 +369,12 @@ class Arena:
         played, credited and built, then shown to ``observe``."""
         rng = rng if rng is not None else seeded_rng(self.seed, 0, self.steps_done)
         if self.episode_log is not None:
-            self.episode_log.batch_index = self.steps_done
+            self.episode_log.batch_index = self.steps_done  # the events of this batch carry its index
         requests = self.get_batch(rng, size or self.episodes_per_batch)
         batch = self.collect([r.episode for r in requests], [r.seed for r in requests], credit)
         self.observe(batch.rollouts)
         if self.episode_log is not None:
-            self.episode_log.batch(self.steps_done, batch)
+            self.episode_log.batch(batch)
         self.steps_done += 1
         return batch
 
@@ -458,11 +456,16 @@ class Arena:
         self.steps_done = state.get("steps_done", self.steps_done)
 
 
+def record_means(records: Sequence[TrainingRecord]) -> tuple[float, float]:
+    """The mean reward and mean advantage of ``records`` (0 for none)."""
+    count = max(len(records), 1)
+    return sum(r.reward for r in records) / count, sum(r.advantage for r in records) / count
+
+
 def batch_summary(batch: Batch) -> str:
     """One line: episodes, records, mean reward and advantage, and the per-episode metrics."""
     records = batch.records
-    reward = sum(r.reward for r in records) / max(len(records), 1)
-    advantage = sum(r.advantage for r in records) / max(len(records), 1)
+    reward, advantage = record_means(records)
     shown = {k: v for k, v in batch.metrics.items() if not k.startswith(("rollout/", "credit/"))}
     parts = [f"{len(batch.rollouts)} episodes", f"{len(records)} records",
              f"reward {reward:+.3f}", f"advantage {advantage:+.3f}"]

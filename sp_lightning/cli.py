@@ -52,8 +52,7 @@ class SelfPlayCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        kwargs.update(with_default_progress_bar(config))
-        return finish_trainer(super().instantiate_trainer(**kwargs))
+        return finish_trainer(super().instantiate_trainer(**with_default_progress_bar(config)))
 
 
 def trainer_defaults() -> dict:

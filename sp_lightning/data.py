@@ -170,7 +170,6 @@ class SelfPlayDataModule(L.LightningDataModule):
         self.episode_log = episode_log or EpisodeLogSettings()
         self.batches_played = 0
         self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
-        self._arena_state: dict[str, Any] | None = None  # the same, for the arena's own state
         self.arena: Arena = arena if arena is not None else Arena()
         self.worker: RolloutWorker | None = None
 
@@ -203,9 +202,6 @@ class SelfPlayDataModule(L.LightningDataModule):
         if self.episode_log.path is not None and rank == 0 and arena.episode_log is None:
             arena.episode_log = EpisodeLog(self.episode_log, tokenizer=module.tokenizer)
         self._restore_bot_rngs()
-        if self._arena_state is not None:
-            arena.load_state_dict(self._arena_state)
-            self._arena_state = None
         module.attach_rollout_worker(self.worker)
         return arena
 
@@ -215,8 +211,7 @@ class SelfPlayDataModule(L.LightningDataModule):
 
     def on_exception(self, exception: BaseException) -> None:
         """A run that raised skips teardown: the arena still shuts down (its log is closed)."""
-        if self.worker is not None:
-            self.arena.on_shutdown()
+        self.teardown("exception")
 
     def eval_env_overrides(self) -> dict[str, Any]:
         """Env settings of evaluation games: the eval invalid-move policy, if one is set."""
@@ -255,11 +250,8 @@ class SelfPlayDataModule(L.LightningDataModule):
             self.source.load_state_dict(state["source"])
         self._bot_rngs = state.get("bot_rngs", {})
         self._restore_bot_rngs()
-        if "arena" in state:
-            if self.worker is not None:
-                self.arena.load_state_dict(state["arena"])
-            else:
-                self._arena_state = state["arena"]  # build_arena applies it
+        if "arena" in state:  # its stores: the arena exists from the start (fit restores after setup)
+            self.arena.load_state_dict(state["arena"])
 
     def _restore_bot_rngs(self) -> None:
         if self.worker is None:

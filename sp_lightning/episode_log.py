@@ -96,33 +96,28 @@ class EpisodeLog:
                    completion=completion.text, tokens=len(completion.completion_ids),
                    **({"refused": completion.refused} if completion.refused else {}))
 
-    def episode_end(self, episode_id: str, rollout, level: int = 0, trainable: bool = True) -> None:
-        """``level``: the depth in its tree; ``trainable``: False under a sub-episode requested
-        as not trainable (the rollout itself is marked so once its parent takes it back)."""
-        self.write("episode_end", id=episode_id, episode=rollout.episode, level=level,
+    def episode_end(self, episode_id: str, rollout) -> None:
+        self.write("episode_end", id=episode_id, episode=rollout.episode, level=rollout.level,
                    steps=len(rollout.steps), outcome=rollout.outcome, rewards=rollout.rewards,
-                   trainable=trainable)
+                   trainable=rollout.trainable)
 
-    def batch(self, index: int, batch) -> None:
-        """The batch's summary line, and its decoded records where ``records`` is set; the
-        next events belong to batch ``index + 1``."""
-        from sp_lightning.arena import decoded_record
+    def batch(self, batch) -> None:
+        """The summary line of the batch ``batch_index`` (set by the arena before it is
+        played), and its decoded records where ``records`` is set."""
+        from sp_lightning.arena import decoded_record, record_means
 
         records = batch.records
-        self.batch_index = index
-        self.write("batch", episodes=len(batch.rollouts), records=len(records),
-                   reward_mean=sum(r.reward for r in records) / max(len(records), 1),
-                   advantage_mean=sum(r.advantage for r in records) / max(len(records), 1),
-                   metrics={k: round(v, 6) for k, v in batch.metrics.items()})
+        reward_mean, advantage_mean = record_means(records)
+        self.write("batch", episodes=len(batch.rollouts), records=len(records), reward_mean=reward_mean,
+                   advantage_mean=advantage_mean, metrics={k: round(v, 6) for k, v in batch.metrics.items()})
         if self.settings.records is not None:
             if self._records is None:
                 self._records = self._open(self.settings.records)
             for record in records:
-                self._records.write(json.dumps({"batch": index, **decoded_record(record, self.tokenizer)},
+                self._records.write(json.dumps({"batch": self.batch_index, **decoded_record(record, self.tokenizer)},
                                                ensure_ascii=False) + "\n")
             self._records.flush()
         self._file.flush()
-        self.batch_index = index + 1
 
     def close(self) -> None:
         for handle in (self._file, self._records):

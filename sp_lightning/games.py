@@ -34,6 +34,11 @@ def parse_policy(spec: str) -> PolicyRef:
     )
 
 
+def as_policy(spec: str | PolicyRef) -> PolicyRef:
+    """A policy given as a spec string or as a PolicyRef, as a PolicyRef."""
+    return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
+
+
 @dataclass
 class GameSettings:
     """One game of the training mix."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sp_lightning.games import as_policy
 from sp_lightning.types import ModelRequest, PolicyRef, Rollout
 
 JUDGE = "judge"
@@ -44,9 +45,7 @@ class Judge:
     name: str = JUDGE
 
     def __post_init__(self):
-        from sp_lightning.games import parse_policy
-
-        self._policy = self.policy if isinstance(self.policy, PolicyRef) else parse_policy(self.policy)
+        self._policy = as_policy(self.policy)
         if not self._policy.is_model:
             raise ValueError(f"Judge.policy: {self.policy!r} is a bot; a scripted judge is a plain rubric "
                              f"function (rollout -> {{role: reward}}), not a Judge")

@@ -25,7 +25,7 @@ from typing import Any
 
 from envs import parse_move, play, play_turns
 from envs.bots import BOTS, make_bots
-from sp_lightning.games import GameSettings, parse_policy
+from sp_lightning.games import GameSettings, as_policy, parse_policy
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import ModelRequest, PolicyRef
 
@@ -195,7 +195,7 @@ def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, 
     as the arena seeds its bots), or a model policy served by ``worker`` (``learner``, ``base``,
     ``checkpoint:<name>`` of an adapter the worker holds, or ``checkpoint:<adapter dir>``, which
     is registered under the directory's name)."""
-    from sp_lightning.evaluation.matches import as_policy, serve_policy
+    from sp_lightning.evaluation.matches import serve_policy
 
     spec = as_policy(opponent)
     seats = [agent for agent in game.agents if agent != human]

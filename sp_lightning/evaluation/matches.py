@@ -18,7 +18,7 @@ import torch
 
 from sp_lightning.arena import Arena
 from sp_lightning.evaluation.stats import mean_interval, wilson_interval
-from sp_lightning.games import GameSettings, parse_policy
+from sp_lightning.games import GameSettings, as_policy
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
 
@@ -81,10 +81,6 @@ class EvalResult:
             f"payoff {self.payoff_mean:+.3f} [{plo:+.3f}, {phi:+.3f}], legal moves {self.legal_move_rate:.3f}, "
             f"opponent forfeits {self.opponent_forfeits / n:.3f}"
         )
-
-
-def as_policy(spec: str | PolicyRef) -> PolicyRef:
-    return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
 
 
 def serve_policy(worker: RolloutWorker, spec: str | PolicyRef) -> PolicyRef:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
+from sp_lightning.games import parse_policy
 from sp_lightning.judges import Judge
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
@@ -130,8 +131,6 @@ class Debate(EpisodeSource):
 
     def __init__(self, topics: list[str] | str | None = None, sampling: str = "uniform", rounds: int = 2,
                  judge: str = "base", opponent: str = "learner"):
-        from sp_lightning.games import parse_policy
-
         if isinstance(topics, str):
             self.topics = ArtifactStore.from_file(topics, sampling=sampling, name="data.episodes.topics")
         else:

@@ -27,8 +27,10 @@ from typing import Any
 from envs.base import parse_move
 from envs.negotiation import (
     MAX_GAIN, MAX_UNITS, MAX_VALUE, OFFER_HELP, RESOURCES, NegotiationRules, inventory_text, parse_offer,
+    values_text,
 )
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
+from sp_lightning.games import parse_policy
 from sp_lightning.rubric import Rubric, invalid_move
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
@@ -64,7 +66,7 @@ class NegotiationEpisode(AlternatingRolesEpisode):
         inventories = [[draw.randint(0, MAX_UNITS) for _ in RESOURCES] for _ in SEATS]
         values = [[draw.randint(1, MAX_VALUE) for _ in RESOURCES] for _ in SEATS]
         state.data["rules"] = NegotiationRules(inventories, values, self.max_turns, self.win_bonus)
-        state.data["invalid"] = {seat: 0 for seat in SEATS}
+        state.data["invalid"] = 0  # invalid moves, both seats
         state.data["last_move"] = None
 
     def initial_prompt(self, state: ChatState) -> str:
@@ -77,11 +79,10 @@ class NegotiationEpisode(AlternatingRolesEpisode):
     def get_observation(self, state: ChatState, role: str) -> str:
         rules = self.rules(state)
         seat = SEATS.index(role)
-        values = ", ".join(f"{r} {v}" for r, v in zip(RESOURCES, rules.values[seat]))
         gain = rules.gains()[seat]
         lines = [f"Message {rules.turn + 1} of {rules.max_turns}. You are {role}.",
                  f"You hold {inventory_text(rules.inventories[seat])} ({gain:+d} in value so far).",
-                 f"Your values (private): {values}.",
+                 f"Your values (private): {values_text(rules.values[seat])}.",
                  f"Legal moves include: {' '.join(rules.legal_moves())}"]
         return "\n".join(lines)
 
@@ -93,7 +94,7 @@ class NegotiationEpisode(AlternatingRolesEpisode):
         move = parse_move(text)
         legal = move is not None and rules.is_legal(move)
         if not legal:
-            state.data["invalid"][role] += 1
+            state.data["invalid"] += 1
             move = "[pass]"
         pending = rules.pending
         rules.apply(move)
@@ -128,7 +129,7 @@ class NegotiationEpisode(AlternatingRolesEpisode):
         trades = sum(move == "[accept]" for _, move in rules.history)
         gains = rules.gains()
         return {"trades": float(trades), "gain_total": float(sum(gains)),
-                "invalid_move_rate": sum(state.data["invalid"].values()) / max(1, state.turn)}
+                "invalid_move_rate": state.data["invalid"] / max(1, state.turn)}
 
 
 class Negotiation(EpisodeSource):
@@ -144,8 +145,6 @@ class Negotiation(EpisodeSource):
 
     def __init__(self, max_turns: int = 6, win_bonus: bool = False, invalid_move_penalty: float = 0.1,
                  opponent: str = "learner"):
-        from sp_lightning.games import parse_policy
-
         if max_turns < 1:
             raise ValueError(f"data.episodes.max_turns: expected >= 1, got {max_turns}")
         if invalid_move_penalty < 0:

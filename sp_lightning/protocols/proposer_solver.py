@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sp_lightning.episodes import Episode, EpisodeContext, SingleTurnEpisode
+from sp_lightning.games import parse_policy
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef, Role, Rollout, Step
@@ -113,13 +114,12 @@ class ProposerEpisode(Episode):
         rollout.metrics["terms"] = float(len(numbers))
         text = f"What is {' + '.join(map(str, numbers))}? Answer with the number."
         answer = sum(numbers)
-        solver_episodes = [
-            SingleTurnEpisode(name="solver", messages=[{"role": "user", "content": text}], rubric=self.solver_rubric,
-                              role=SOLVER, policy=self.solver_policy, extras={"answer": answer})
-            for _ in range(self.solvers)
-        ]
+        # one stateless episode answered ``solvers`` times (each run gets its own seed)
+        solver = SingleTurnEpisode(name="solver", messages=[{"role": "user", "content": text}],
+                                   rubric=self.solver_rubric, role=SOLVER, policy=self.solver_policy,
+                                   extras={"answer": answer})
         seeds = [ctx.seed * 1000 + i for i in range(self.solvers)]
-        children = await ctx.run_many(solver_episodes, seeds, trainable=self.solver_trains)
+        children = await ctx.run_many([solver] * self.solvers, seeds, trainable=self.solver_trains)
         for child in children:  # the solvers of one question compete only with each other
             child.group = f"question/{ctx.seed}"
         rollout.children = children
@@ -140,8 +140,6 @@ class ProposerSolver(EpisodeSource):
 
     def __init__(self, solvers: int = 4, target: float = 0.5, solver: str = "bot:sum_solver",
                  solver_trains: bool = True, solver_accuracy: float = 0.85):
-        from sp_lightning.games import parse_policy
-
         if solvers < 1:
             raise ValueError(f"data.episodes.solvers: expected >= 1, got {solvers}")
         if not 0.0 <= target <= 1.0:

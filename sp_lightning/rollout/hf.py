@@ -242,8 +242,7 @@ class HFRolloutWorker(RolloutWorker):
         return out  # type: ignore[return-value]
 
     def _score(self, rows: list[tuple[list[int], list[int]]], policies: list[PolicyRef]) -> list[float]:
-        width = max(len(p) + len(c) for p, c in rows)
-        input_ids, attention_mask = left_pad([p + c for p, c in rows], self.tokenizer.pad_token_id, width)
+        input_ids, attention_mask = left_pad([p + c for p, c in rows], self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
         window = max(len(c) for _, c in rows)  # only the columns that predict completion tokens
         with self.serving_rows(policies) as routing:
