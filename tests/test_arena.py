@@ -9,12 +9,8 @@ from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rubric import Rubric
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef, Rollout, Step
-from envs import BOTS
+from envs import make_bots
 from tests.helpers import ScriptedWorker
-
-
-def _bots():
-    return {name: cls(seed=0) for name, cls in BOTS.items()}
 
 
 def test_mirror_games_coalesce_into_one_call_per_turn():
@@ -23,7 +19,7 @@ def test_mirror_games_coalesce_into_one_call_per_turn():
     so the 32 pending requests of each turn go out together: 7 calls of 32 requests."""
     game = GameSettings(id="tictactoe_v1")
     worker = ScriptedWorker()
-    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    arena = Arena(worker, SamplingSettings(), bots=make_bots(0))
     episodes = [game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(32)]
     rollouts = arena.play(episodes, seeds=list(range(32)))
     assert [len(c) for c in worker.calls] == [32] * 7
@@ -34,7 +30,7 @@ def test_mirror_games_coalesce_into_one_call_per_turn():
 def test_bot_seats_need_no_model_and_games_of_different_length_still_batch():
     game = GameSettings(id="tictactoe_v1")
     worker = ScriptedWorker()
-    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    arena = Arena(worker, SamplingSettings(), bots=make_bots(0))
     episodes = [game.episode({"player_0": LEARNER, "player_1": PolicyRef("bot", "random")}) for _ in range(16)]
     rollouts = arena.play(episodes, seeds=list(range(16)))
     assert all(req.policy == LEARNER for call in worker.calls for req in call)
@@ -46,7 +42,7 @@ def test_bot_seats_need_no_model_and_games_of_different_length_still_batch():
 
 def test_malformed_model_output_is_an_invalid_move_not_a_crash():
     game = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "forfeit"})
-    arena = Arena(ScriptedWorker(answer="\x00 drop table; [[[ ]"), SamplingSettings(), bots=_bots())
+    arena = Arena(ScriptedWorker(answer="\x00 drop table; [[[ ]"), SamplingSettings(), bots=make_bots(0))
     rollouts = arena.play([game.episode({"player_0": LEARNER, "player_1": LEARNER})], seeds=[0])
     (step,) = rollouts[0].steps
     assert step.info["invalid_move"] is True
@@ -79,7 +75,7 @@ class _Parent(Episode):
 def test_nested_episodes_share_batches_and_become_records():
     game = GameSettings(id="tictactoe_v1")
     worker = ScriptedWorker()
-    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    arena = Arena(worker, SamplingSettings(), bots=make_bots(0))
     rollouts = arena.play([_Parent(game), _Parent(game)], seeds=[0, 1])
     # 2 proposer calls together, then 4 child games x 7 moves, coalesced into 7 calls of 4
     assert [len(c) for c in worker.calls] == [2] + [4] * 7
@@ -93,7 +89,7 @@ def test_nested_episodes_share_batches_and_become_records():
 def test_children_requested_not_trainable_inform_the_parent_and_never_train():
     game = GameSettings(id="tictactoe_v1")
     worker = ScriptedWorker()
-    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    arena = Arena(worker, SamplingSettings(), bots=make_bots(0))
     rollouts = arena.play([_Parent(game, children_train=False)], seeds=[0])
     assert [len(c) for c in worker.calls] == [1] + [2] * 7  # the children still batch
     assert rollouts[0].rewards == {"proposer": 1.0}  # and still inform the parent's reward
@@ -126,7 +122,7 @@ def test_level_is_the_depth_in_the_hierarchy():
 
 def test_unknown_bot_is_a_clear_error():
     game = GameSettings(id="tictactoe_v1", opponents={"bot:nobody": 1.0})
-    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots())
+    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0))
     with pytest.raises(ValueError, match="nobody"):
         arena.play([game.episode({"player_0": LEARNER, "player_1": PolicyRef("bot", "nobody")})], [0])
 
@@ -141,7 +137,7 @@ def test_play_works_inside_a_running_event_loop():
     import asyncio
 
     game = GameSettings(id="tictactoe_v1")
-    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots())
+    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0))
 
     async def inside_a_loop():
         return arena.play([game.episode({"player_0": LEARNER, "player_1": LEARNER})], [0])

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from envs import BOTS
+from envs import make_bots
 from sp_lightning.arena import Arena
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import Episode, SingleTurnEpisode
@@ -21,10 +21,6 @@ from tests.helpers import ScriptedWorker, fit_batches
 
 TICTACTOE = GameSettings(id="tictactoe_v1")
 MIRROR = {"player_0": LEARNER, "player_1": LEARNER}
-
-
-def _bots():
-    return {name: cls(seed=0) for name, cls in BOTS.items()}
 
 
 def _question(text: str = "2+2?") -> SingleTurnEpisode:
@@ -84,7 +80,7 @@ def test_a_concurrency_limit_bounds_the_episodes_in_flight_and_keeps_the_results
 
 def test_every_learner_request_is_tagged_with_the_workers_policy_version_when_sent():
     worker = ScriptedWorker()
-    arena = Arena(worker, SamplingSettings(), bots=_bots())
+    arena = Arena(worker, SamplingSettings(), bots=make_bots(0))
     seats = {"player_0": LEARNER, "player_1": PolicyRef("bot", "random")}
     tags = {}
     for version in (7, 8):  # the weights change between batches, as after an optimizer step
@@ -129,7 +125,7 @@ def test_sanity_check_batch_prints_records_with_masks_and_advantages(tiny_policy
     from sp_lightning.rollout import HFRolloutWorker
 
     model, tokenizer = tiny_policy
-    arena = Arena(HFRolloutWorker(model, tokenizer), SamplingSettings(max_new_tokens=1), bots=_bots(),
+    arena = Arena(HFRolloutWorker(model, tokenizer), SamplingSettings(max_new_tokens=1), bots=make_bots(0),
                   credit=EpisodicRewardCredit())
     arena.source = None
     arena.add_episode(TICTACTOE.episode({"player_0": LEARNER, "player_1": PolicyRef("bot", "random")}))
@@ -179,7 +175,7 @@ class CurriculumArena(Arena):
 
 def test_step_and_run_drive_a_custom_arena_outside_lightning():
     CurriculumArena.calls = []
-    arena = CurriculumArena(first=2, worker=ScriptedWorker(), bots=_bots(), credit=EpisodicRewardCredit())
+    arena = CurriculumArena(first=2, worker=ScriptedWorker(), bots=make_bots(0), credit=EpisodicRewardCredit())
     out = io.StringIO()
     history = arena.run(3, show=1, out=out)
     assert arena.sizes == [2, 3, 4] and arena.steps_done == 3 and len(history) == 3

@@ -12,7 +12,7 @@ from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rollout.hf import HFRolloutWorker
 from sp_lightning.types import LEARNER, PROMPT_TOO_LONG, ModelRequest
-from test_arena import _bots
+from envs import make_bots
 from tests.helpers import ScriptedWorker
 
 
@@ -28,7 +28,7 @@ def test_a_game_past_max_turns_is_cut_off_scored_zero_and_still_trains(caplog):
     after 4 moves, both seats score 0 (not X's win), the 4 moves still become records, the
     metric says why, and one warning names the rule however many games were cut off."""
     game = GameSettings(id="tictactoe_v1", max_turns=4)
-    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots())
+    arena = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0))
     episodes_ = [game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(3)]
     with caplog.at_level(logging.WARNING, logger="sp_lightning.episodes.game"):
         batch = arena.collect(episodes_, [0, 1, 2], EpisodicRewardCredit())
@@ -44,7 +44,7 @@ def test_a_game_past_max_turns_is_cut_off_scored_zero_and_still_trains(caplog):
 
 def test_games_within_max_turns_are_untouched():
     game = GameSettings(id="tictactoe_v1", max_turns=9)
-    rollouts = Arena(ScriptedWorker(), SamplingSettings(), bots=_bots()).play(
+    rollouts = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0)).play(
         [game.episode({"player_0": LEARNER, "player_1": LEARNER})], seeds=[0])
     assert rollouts[0].outcome == {"player_0": 1.0, "player_1": -1.0}
     assert rollouts[0].metrics["cut_off_turns"] == 0.0
@@ -73,7 +73,7 @@ def test_a_prompt_past_the_context_is_never_sent(tiny_policy):
     worker.max_prompt_tokens = len(worker.encode_prompt(first))
 
     before = worker.generated_tokens
-    rollouts = Arena(worker, sampling, bots=_bots()).play([probe], seeds=[0])
+    rollouts = Arena(worker, sampling, bots=make_bots(0)).play([probe], seeds=[0])
     (rollout,) = rollouts
     assert [s.role for s in rollout.steps] == ["player_0"]
     assert rollout.steps[0].completion.completion_ids  # the first move was generated

@@ -193,4 +193,5 @@ def test_negotiation_fit_batches_hold_one_record_per_message(tmp_path):
     for batch in batches:
         assert len(batch.records) == 4 * 6  # both traders are the learner: every message trains
         assert all(len(r.steps) == 6 for r in batch.rollouts)
-        assert "negotiation/invalid_move_rate" in batch.metrics
+        invalid = [sum(s.info["invalid_move"] for s in r.steps) / 6 for r in batch.rollouts]
+        assert batch.metrics["negotiation/invalid_move_rate"] == pytest.approx(sum(invalid) / len(invalid))

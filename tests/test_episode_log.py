@@ -61,7 +61,6 @@ def test_nested_episodes_are_logged_under_their_parents_id(tmp_path):
     from sp_lightning.arena import Arena
     from sp_lightning.credit import EpisodicRewardCredit
     from sp_lightning.episode_log import EpisodeLog
-    from sp_lightning.sources import EpisodeRequest
     from tests.helpers import ScriptedWorker
     from tests.test_arena_api import _ParentWithSilentChild
 

@@ -110,10 +110,14 @@ def test_fit_batches_hold_exactly_the_expected_records(tmp_path, solver_trains):
         assert sorted(rec.advantage for rec in batch.records) == sorted(s.advantage for s in steps)
 
 
-def test_the_proposer_learns_the_length_half_the_solvers_pass(tmp_path):
+def test_the_proposer_learns_to_ask_questions_some_solvers_fail(tmp_path):
     """60 steps of the shipped config (64 proposals each): the untrained proposer names no
-    length (reward about -1); the trained one writes questions at about half pass rate."""
+    length (reward about -1); by the last 10 steps it asks questions that some solvers fail
+    (pass rate about 0.73 on seed 0). The full 150-step run brings the pass rate to about the
+    0.5 target (README)."""
     batches = _fit(tmp_path, 60, "--data.episodes_per_batch", "64")
     reward = [b.metrics["proposer_solver/reward/proposer"] for b in batches]
+    pass_rate = [b.metrics["proposer_solver/pass_rate"] for b in batches[-10:]]
     assert reward[0] < -0.5
     assert sum(reward[-10:]) / 10 > 0.2, reward
+    assert 0.1 < sum(pass_rate) / 10 < 0.9, pass_rate

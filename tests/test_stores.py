@@ -17,7 +17,7 @@ def test_uniform_draws_every_item_alike_and_weighted_draws_by_weight():
     weighted.set_weight(0, 0.0)
     weighted.set_weight(2, 3.0)
     counts = Counter(weighted.sample(random.Random(0), 4000))
-    assert "a" not in counts and 2700 < counts["c"] < 3300  # 3 : 1 against b
+    assert "a" not in counts and 2880 < counts["c"] < 3120  # 3 : 1 against b (3000, sd 27)
 
 
 def test_the_same_rng_draws_the_same_items():
