@@ -113,3 +113,48 @@ def test_a_call_holds_at_most_max_adapters_checkpoints_and_max_batch_size_rows(p
     for call in calls:
         assert len(call) <= 4
         assert len({refs[i] for i in call if refs[i].kind == "checkpoint"}) <= 2
+
+
+def _generated_logprobs(worker, refs):
+    """Greedy one-token answers' (token ids, logprobs) for one request per ref."""
+    completions = worker.generate([ModelRequest("p", PROMPT, ref) for ref in refs],
+                                  SamplingSettings(max_new_tokens=1, temperature=0.0))
+    return [c.completion_ids for c in completions], torch.tensor([c.logprobs for c in completions])
+
+
+def test_merged_learner_serves_the_same_policy_and_follows_every_weight_change(policy, tmp_path):
+    model, tok = policy
+    plain = HFRolloutWorker(model, tok)
+    merged = HFRolloutWorker(model, tok, merge_learner=True)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    for round_ in range(3):
+        torch.manual_seed(round_)
+        _perturb(model, 0.2)
+        ids_plain, lp_plain = _generated_logprobs(plain, [LEARNER] * 3)
+        ids_merged, lp_merged = _generated_logprobs(merged, [LEARNER] * 3)
+        assert ids_merged == ids_plain
+        torch.testing.assert_close(lp_merged, lp_plain, atol=1e-4, rtol=0)
+        assert merged.merges == round_ + 1, "rebuilt once per weight change, reused within it"
+    # an optimizer step (in place, as in fit) is a weight change too
+    model.train()
+    logits = model(input_ids=torch.tensor([tok.encode("[1] [2]")])).logits
+    logits[0, -1, tok.convert_tokens_to_ids("[4]")].backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    model.eval()
+    ids_plain, lp_plain = _generated_logprobs(plain, [LEARNER])
+    ids_merged, lp_merged = _generated_logprobs(merged, [LEARNER])
+    assert merged.merges == 4 and ids_merged == ids_plain
+    torch.testing.assert_close(lp_merged, lp_plain, atol=1e-4, rtol=0)
+    # a call that mixes the learner with another policy goes through peft's routing, unmerged
+    model.save_pretrained(tmp_path / "x", selected_adapters=["default"])
+    for worker in (merged, plain):
+        worker.register_adapter("x", str(tmp_path / "x"))
+    _perturb(model, 0.2)
+    merges = merged.merges
+    ids_mixed, lp_mixed = _generated_logprobs(merged, [LEARNER, PolicyRef("checkpoint", "x"), PolicyRef("base")])
+    ids_ref, lp_ref = _generated_logprobs(plain, [LEARNER, PolicyRef("checkpoint", "x"), PolicyRef("base")])
+    assert merged.merges == merges and ids_mixed == ids_ref
+    torch.testing.assert_close(lp_mixed, lp_ref, atol=1e-5, rtol=0)
+    assert {n for n, p in model.named_parameters() if p.requires_grad}, "the trained model keeps its adapter"
+    assert "default" in model.peft_config and hasattr(model, "disable_adapter")
