@@ -21,7 +21,8 @@ a plain model without adapters gets one call per policy. Logprobs come from the 
 
 Unmerged LoRA layers cost a second matmul per projection. With ``merge_learner`` the worker
 keeps a copy of the model with the learner's adapter merged into the weights and serves the
-calls whose rows are all the learner's from it (generate is 1.6-1.8x faster on the tiny model,
+generate calls whose rows are all the learner's from it (scoring, mixed calls and the other
+policies stay on the peft model) (generate is 1.6-1.8x faster on the tiny model,
 logprobs within 1e-5). The copy is rebuilt only when the trained weights changed (their
 in-place version counters moved: an optimizer step, a checkpoint load), ~25 ms on the tiny
 model. It doubles the model's memory: for small models on CPU; large ones use vLLM.
@@ -211,6 +212,8 @@ class HFRolloutWorker(RolloutWorker):
         if not (self.merge_learner and hasattr(self.model, "merge_and_unload")):
             return None
         trained = [p for p in self.model.parameters() if p.requires_grad]
+        # torch bumps a tensor's _version on every in-place write (optimizer steps, load_state_dict
+        # copies); a replaced tensor has new storage
         key = tuple(p._version for p in trained) + tuple(p.data_ptr() for p in trained)
         if self._merged is None or key != self._merged_key:
             self._merged = None  # the stale copy's memory goes before the new one is made
