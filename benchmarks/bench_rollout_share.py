@@ -16,7 +16,9 @@ Medians of ``--repeats`` runs, arena and raw interleaved, so the ratio holds on 
 
 The arena runs twice: with the worker's defaults, and with ``merge_learner: true`` (learner-only
 calls served by a copy with the LoRA adapter merged into the weights). Raw generate runs the
-peft model as it is trained (unmerged), so a share above 1 is the merge's gain.
+peft model as it is trained (unmerged), so a share above 1 is the merge's gain. Raw replays the
+merged run's batches; the default run plays the same games on the same seeds (its moves can
+differ where the two paths' logprobs, equal within 1e-5, tip a draw).
 
     python benchmarks/bench_rollout_share.py                # 2 threads, 3 repeats
     python benchmarks/bench_rollout_share.py --concurrency 64 --repeats 5
@@ -92,7 +94,7 @@ def main() -> None:
                 arena.play(episodes, list(range(games)), max_concurrent=concurrency)
                 times[kind].append(time.perf_counter() - start)
             times["raw"].append(raw_generate_seconds(model, tokenizer, worker.calls, sampling))
-        turns = sum(len(c) for c in worker.calls)  # one token per turn: turns/s == tokens/s
+        turns = sum(len(c) for c in worker.calls)  # the merged run's; one token per turn: turns/s == tokens/s
         raw, plain, merged = (statistics.median(times[k]) for k in ("raw", "arena", "merged"))
         print(f"{concurrency:>13} {games:>6} {len(worker.calls):>6} | {turns / raw:>11.0f} | {turns / plain:>13.0f} "
               f"{raw / plain:>5.2f} | {turns / merged:>15.0f} {raw / merged:>5.2f}")

@@ -26,7 +26,7 @@ from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
 from sp_lightning.model import PolicySettings, load_policy
-from sp_lightning.rollout.hf import LEARNER_ADAPTER
+from sp_lightning.rollout.hf import LEARNER_ADAPTER, left_pad
 from sp_lightning.types import TrainingRecord
 
 log = logging.getLogger(__name__)
@@ -171,16 +171,12 @@ def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None =
             ids = ids[:max_tokens]
         seqs.append(ids)
         kept.append(max(0, min(len(r.completion_ids), len(ids) - len(r.prompt_ids))))
-    width = max(len(s) for s in seqs)
+    input_ids, attention_mask = left_pad(seqs, pad_id)
+    width = input_ids.shape[1]
     window = max(1, max(kept))
-    batch = len(records)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((batch, width), dtype=torch.long)
-    loss_mask = torch.zeros((batch, window))
-    old_logprobs = torch.zeros((batch, window))
-    for row, (r, seq, k) in enumerate(zip(records, seqs, kept)):
-        input_ids[row, width - len(seq) :] = torch.tensor(seq)
-        attention_mask[row, width - len(seq) :] = 1
+    loss_mask = torch.zeros((len(records), window))
+    old_logprobs = torch.zeros((len(records), window))
+    for row, (r, k) in enumerate(zip(records, kept)):
         if k:
             loss_mask[row, window - k :] = torch.tensor(r.action_mask[:k], dtype=torch.float)
             old_logprobs[row, window - k :] = torch.tensor(r.logprobs[:k])
@@ -310,8 +306,8 @@ class SelfPlayModule(L.LightningModule):
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)
             return None
-        # collated once, reused by every pass; each micro-batch's legal-move mask is built on
-        # first use and kept for the later passes
+        # collated once, reused by every pass; with several passes each micro-batch's legal-move
+        # mask is built on first use and kept for the later ones
         pad = self.tokenizer.pad_token_id
         micro_batches = [
             _MicroBatch(chunk, collate(chunk, pad, self.max_train_tokens).to(self.device))
@@ -369,9 +365,10 @@ class SelfPlayModule(L.LightningModule):
             entropy_coef = s.entropy_coef_at(self.global_step)
             entropy_logits = logits if entropy_coef else logits.detach()  # no graph for a diagnostic
             if uses_legal_moves:
-                if micro.legal is None:
-                    micro.legal = self._legal_moves(micro.records, mb, logits.shape[-1])
-                first_position, legal_mask, known = micro.legal
+                legal = micro.legal or self._legal_moves(micro.records, mb, logits.shape[-1])
+                if self.update_epochs > 1:  # kept for the later passes only: a (B, V) mask each
+                    micro.legal = legal
+                first_position, legal_mask, known = legal
             if s.entropy_over == "legal_moves":
                 entropy = legal_move_entropy(entropy_logits, first_position, legal_mask)  # (B, K)
             else:

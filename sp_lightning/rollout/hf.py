@@ -299,8 +299,8 @@ class HFRolloutWorker(RolloutWorker):
     ) -> list[Completion]:
         tok = self.tokenizer
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
-        input_ids, attention_mask = left_pad(prompts, tok.pad_token_id, width)
+        input_ids, attention_mask = left_pad(prompts, tok.pad_token_id)
+        width = input_ids.shape[1]
         greedy = sampling.temperature == 0
         kwargs = dict(
             max_new_tokens=sampling.max_new_tokens,
