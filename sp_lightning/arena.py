@@ -217,6 +217,10 @@ class Arena:
         source: What ``get_batch`` draws from when no episode is registered (the DataModule sets
             the config's ``data.episodes`` or its games' mix).
         episode_log: A :class:`sp_lightning.episode_log.EpisodeLog` to write the run's events to.
+        online_evaluation: A :class:`sp_lightning.evaluation.online.OnlineEvaluation` whose games
+            ``step()`` plays alongside each batch's (the DataModule sets it from
+            ``data.eval.online_games``); their figures join the batch's metrics, and they give
+            no records.
 
     Subclass it and override ``get_batch`` for a curriculum, the hooks (``on_startup``,
     ``on_shutdown``, ``on_train_start``, ``on_train_end``) for resources, ``observe`` to read a
@@ -226,7 +230,7 @@ class Arena:
     def __init__(self, worker: RolloutWorker | None = None, sampling: SamplingSettings | None = None,
                  bots: dict | None = None, retry: RetrySettings | None = None, remotes: dict | None = None,
                  max_concurrent: int | None = None, episodes_per_batch: int = 64, credit=None, seed: int = 0,
-                 source: EpisodeSource | None = None, episode_log=None):
+                 source: EpisodeSource | None = None, episode_log=None, online_evaluation=None):
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"arena.max_concurrent: expected >= 1 or null, got {max_concurrent!r}")
         if episodes_per_batch < 1:
@@ -242,6 +246,7 @@ class Arena:
         self.seed = seed
         self.source = source
         self.episode_log = episode_log
+        self.online_evaluation = online_evaluation
         self.roles: dict[str, Role] = {}
         self.episodes: dict[str, tuple[Episode, float]] = {}  # name -> (episode, weight)
         self.stores: dict[str, ArtifactStore] = {}
@@ -350,13 +355,23 @@ class Arena:
             metrics[f"credit/{name}"] = float(value)
         return Batch(records=records, rollouts=rollouts, metrics=metrics)
 
-    def collect(self, episodes: Sequence[Episode], seeds: Sequence[int], credit=None) -> Batch:
-        """Play, score, assign credit and build the training records of one batch."""
+    def collect(self, episodes: Sequence[Episode], seeds: Sequence[int], credit=None, evaluation=None) -> Batch:
+        """Play, score, assign credit and build the training records of one batch. ``evaluation``:
+        the matches of an :class:`~sp_lightning.evaluation.online.OnlineEvaluation`, played in the
+        same run (their moves share the batch's generate calls) and reported in the metrics."""
+        matches = list(evaluation or [])
+        side_episodes = [e for m in matches for e in m.episodes]
+        side_seeds = [s for m in matches for s in m.seeds]
         start = time.perf_counter()
         tokens_before = getattr(self.worker, "generated_tokens", 0)
-        rollouts = self.play(episodes, seeds)
+        played = self.play([*episodes, *side_episodes], [*seeds, *side_seeds])
+        rollouts, side_rollouts = played[:len(episodes)], played[len(episodes):]
         elapsed = time.perf_counter() - start
         batch = self.build_training_batch(rollouts, credit)
+        if matches:
+            from sp_lightning.evaluation.online import online_metrics  # evaluation builds on the arena
+
+            batch.metrics.update(online_metrics(matches, side_rollouts))
         generated = getattr(self.worker, "generated_tokens", 0) - tokens_before
         batch.metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
         batch.metrics["rollout/seconds"] = elapsed
@@ -371,7 +386,8 @@ class Arena:
         if self.episode_log is not None:
             self.episode_log.batch_index = self.steps_done  # the events of this batch carry its index
         requests = self.get_batch(rng, size or self.episodes_per_batch)
-        batch = self.collect([r.episode for r in requests], [r.seed for r in requests], credit)
+        evaluation = self.online_evaluation.matches(self.steps_done) if self.online_evaluation is not None else None
+        batch = self.collect([r.episode for r in requests], [r.seed for r in requests], credit, evaluation)
         self.observe(batch.rollouts)
         if self.episode_log is not None:
             self.episode_log.batch(batch)

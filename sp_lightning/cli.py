@@ -7,6 +7,8 @@
         --opponent bot:random --games_per_seat 1000 --seed 7 --exploitability true
     sp-lightning play --config configs/tictactoe_tiny.yaml --checkpoint <ckpt>   # you against it
     sp-lightning rollout --config configs/debate_tiny.yaml --steps 2 --show 1      # no training
+    sp-lightning crossplay --config configs/tictactoe_league_tiny.yaml \
+        --league runs/tictactoe_league_tiny/league --output_dir crossplay   # ratings and plots
 
 ``validate`` is the in-training evaluation: the policy against the evaluation opponent
 (RandomBot by default) over ``data.eval.games`` games per game, split evenly over the seats, with
@@ -154,7 +156,9 @@ def build_from_config(*args: str) -> tuple[SelfPlayModule, SelfPlayDataModule]:
 
 
 def evaluate_main(args: list[str]) -> dict:
-    """``sp-lightning evaluate``: the config's model and games, a checkpoint, an opponent, seeds."""
+    """``sp-lightning evaluate``: the config's model and games, one or several checkpoints, an
+    opponent, seeds. Prints a table and returns (and with ``--output`` writes as JSON) the
+    figures: ``{game: metrics}`` for one checkpoint, ``{checkpoint: {game: metrics}}`` for several."""
     import argparse
     import json
 
@@ -162,37 +166,152 @@ def evaluate_main(args: list[str]) -> dict:
     from sp_lightning.evaluation.strategy import exploitability_metrics
 
     parser = argparse.ArgumentParser(prog="sp-lightning evaluate", description=evaluate_main.__doc__)
-    parser.add_argument("--checkpoint", help="Lightning .ckpt or peft adapter dir of the policy; none: untrained")
+    parser.add_argument("--checkpoint", nargs="+", default=[None],
+                        help="Lightning .ckpt or peft adapter dir of the policy, or several (each "
+                             "evaluated in turn on the same games); none: the untrained policy")
     parser.add_argument("--opponent", default=None, help="bot:<name> | base | checkpoint:<adapter dir> | "
                         "remote:<name of data.remote_models> (default: the config's data.eval.opponent)")
     parser.add_argument("--games_per_seat", type=int, default=500)
     parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
-    parser.add_argument("--exploitability", type=lambda v: v.lower() in ("1", "true", "yes"), default=False)
+    parser.add_argument("--exclude_opponent_forfeits", type=_flag, default=False,
+                        help="leave games the opponent lost by its own invalid move out of the figures "
+                             "(they are still counted, as opponent_forfeit_rate)")
+    parser.add_argument("--exploitability", type=_flag, default=False)
     parser.add_argument("--output", help="write the results as JSON to this file")
     ours, rest = parser.parse_known_args(args)
     module, dm = build_from_config(*rest)
-    if ours.checkpoint:
-        load_checkpoint(module, ours.checkpoint)
     worker = dm.rollout_factory(module.model, module.tokenizer)
     opponent = serve_policy(worker, ours.opponent or dm.eval.opponent)  # an adapter directory: by its name
-    report = {}
-    for game in dm.games:
-        result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
-                          sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=dm.eval_env_overrides(),
-                          remotes=dm.remote_models)
-        entry = {**result.as_metrics(game.name), "games": result.games}
-        print(f"{game.name}: {ours.checkpoint or 'untrained'} vs {opponent}, seed {ours.seed}: {result.summary()}")
-        if ours.exploitability:
-            exploit_metrics, exploit = exploitability_metrics(worker, game, game.name)
-            entry.update(exploit_metrics)
-            if exploit is not None:
-                print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
-                      f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
-        report[game.name] = entry
+    reports, rows = {}, []
+    for checkpoint in ours.checkpoint:
+        if checkpoint:
+            load_checkpoint(module, checkpoint)
+        label = checkpoint or "untrained"
+        report = reports[label] = {}
+        for game in dm.games:
+            result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
+                              sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=dm.eval_env_overrides(),
+                              remotes=dm.remote_models, exclude_opponent_forfeits=ours.exclude_opponent_forfeits)
+            entry = {**result.as_metrics(game.name), "games": result.games}
+            print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
+            rows.append((label, game.name, result))
+            if ours.exploitability:
+                exploit_metrics, exploit = exploitability_metrics(worker, game, game.name)
+                entry.update(exploit_metrics)
+                if exploit is not None:
+                    print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
+                          f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
+            report[game.name] = entry
+    print(results_table(rows, f"vs {opponent}, {ours.games_per_seat} games per seat, seed {ours.seed}"))
+    out = next(iter(reports.values())) if len(reports) == 1 else reports
     if ours.output:
         with open(ours.output, "w") as f:
-            json.dump(report, f, indent=2)
-    return report
+            json.dump(out, f, indent=2)
+    return out
+
+
+def _flag(value: str) -> bool:
+    return value.lower() in ("1", "true", "yes")
+
+
+def results_table(rows: list, caption: str) -> str:
+    """``(policy, game, EvalResult)`` rows as an aligned text table with 95% intervals."""
+    header = ["policy", "game", "games", "win [95% CI]", "draw", "loss", "payoff [95% CI]", "legal", "opp. forfeits"]
+    lines = [header]
+    for label, game, r in rows:
+        n = max(r.games, 1)
+        lines.append([label, game, str(r.games), f"{r.win_rate:.3f} [{r.win_ci[0]:.3f}, {r.win_ci[1]:.3f}]",
+                      f"{r.draws / n:.3f}", f"{r.losses / n:.3f}",
+                      f"{r.payoff_mean:+.3f} [{r.payoff_ci[0]:+.3f}, {r.payoff_ci[1]:+.3f}]",
+                      f"{r.legal_move_rate:.3f}", f"{r.opponent_forfeit_rate:.3f}"])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+            for line in lines]
+    return "\n".join([caption, text[0], "-" * len(text[0]), *text[1:]])
+
+
+def crossplay_main(args: list[str]) -> dict:
+    """``sp-lightning crossplay``: a round robin among a league's agents (its baselines and kept
+    checkpoints) and any checkpoints named, in the config's two-seat game: the payoff matrix,
+    Bradley-Terry and Elo ratings with bootstrap intervals, written as JSON, two PNGs and
+    TensorBoard events under ``--output_dir`` (see sp_lightning.evaluation.crossplay_report)."""
+    import argparse
+    import os
+    import tempfile
+
+    from sp_lightning.evaluation.crossplay import cross_play
+    from sp_lightning.evaluation.crossplay_ratings import rate
+    from sp_lightning.evaluation.crossplay_report import write_report
+    from sp_lightning.evaluation.matches import serve_policy
+
+    parser = argparse.ArgumentParser(prog="sp-lightning crossplay", description=crossplay_main.__doc__)
+    parser.add_argument("--league", help="league directory (holding league.json) whose agents play")
+    parser.add_argument("--checkpoint", nargs="*", default=[],
+                        help="further players: Lightning .ckpt files or peft adapter dirs")
+    parser.add_argument("--max_checkpoints", type=int, default=8,
+                        help="the league's kept checkpoints, thinned evenly over training steps to at most this many")
+    parser.add_argument("--no_baselines", action="store_true", help="leave the league's baseline bots out")
+    parser.add_argument("--games_per_seat", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots, sampling and the bootstrap")
+    parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of the ratings")
+    parser.add_argument("--output_dir", default="crossplay")
+    ours, rest = parser.parse_known_args(args)
+    module, dm = build_from_config(*rest)
+    if len(dm.games) != 1:
+        parser.error(f"expected a config with one game, got {[g.name for g in dm.games]}")
+    game = dm.games[0]
+    worker = dm.rollout_factory(module.model, module.tokenizer)
+    policies = league_players(ours.league, ours.max_checkpoints, not ours.no_baselines) if ours.league else {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in ours.checkpoint:
+            label = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
+            if not os.path.isdir(path):  # a Lightning .ckpt: its adapter, saved where the worker can load it
+                load_checkpoint(module, path)
+                module.save_adapter(os.path.join(scratch, label))
+                path = os.path.join(scratch, label)
+            policies[label] = f"checkpoint:{path}"
+        if len(policies) < 2:
+            parser.error(f"expected at least 2 players (--league, --checkpoint), got {list(policies)}")
+        served = {label: serve_policy(worker, spec) for label, spec in policies.items()}
+        print(f"cross-play of {len(served)} agents in {game.name}, {ours.games_per_seat} games per seat and pair")
+        table = cross_play(worker, game, served, games_per_seat=ours.games_per_seat, sampling=dm.eval_sampling(),
+                           seed=ours.seed, env_overrides=dm.eval_env_overrides())
+    ratings = rate(table, resamples=ours.resamples, seed=ours.seed)
+    meta = {"game": game.name, "games_per_seat": ours.games_per_seat, "seed": ours.seed,
+            "league": ours.league, "policies": {k: str(v) for k, v in served.items()}}
+    paths = write_report(table, ratings, ours.output_dir, meta)
+    print("row's mean payoff against column:")
+    print(table.table())
+    print(ratings.table())
+    print("written: " + ", ".join(paths.values()))
+    return {"table": table, "ratings": ratings, "paths": paths}
+
+
+def league_players(league_dir: str, max_checkpoints: int, baselines: bool) -> dict[str, str]:
+    """Label -> policy spec of a league's baselines and kept checkpoints (at most
+    ``max_checkpoints``, spread evenly over their training steps, the last one always in)."""
+    import os
+
+    from sp_lightning.league.registry import LeagueRegistry
+
+    path = os.path.join(league_dir, "league.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--league {league_dir}: no league.json there")
+    agents = LeagueRegistry(path).agents()
+    players = {a.id: a.policy for a in agents if baselines and a.type == "baseline"}
+    adapters = {}  # where each kept checkpoint's adapter is now (the league directory may have moved)
+    for a in agents:
+        if a.type == "checkpoint":
+            here = os.path.join(league_dir, "adapters", a.id)
+            found = [p for p in (a.adapter_path, here) if p and os.path.isdir(p)]
+            if found:
+                adapters[a.id] = found[0]
+    kept = sorted((a for a in agents if a.id in adapters), key=lambda a: a.step or 0)
+    if max_checkpoints < len(kept):
+        picks = {round(k * (len(kept) - 1) / max(max_checkpoints - 1, 1)) for k in range(max_checkpoints)}
+        kept = [a for k, a in enumerate(kept) if k in picks]
+    players.update({a.id: f"checkpoint:{adapters[a.id]}" for a in kept})
+    return players
 
 
 def rollout_main(args: list[str]) -> list[dict[str, float]]:
@@ -227,6 +346,9 @@ def main(args=None) -> None:
         return
     if argv[:1] == ["rollout"]:
         rollout_main(argv[1:])
+        return
+    if argv[:1] == ["crossplay"]:
+        crossplay_main(argv[1:])
         return
     if argv[:1] == ["play"]:
         from sp_lightning.play import play_main

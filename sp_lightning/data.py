@@ -55,6 +55,15 @@ class EvalSettings:
     """Seed of the evaluation games (deals, bots, sampling). Report final results on other seeds."""
     exploitability: bool = False
     """Also compute the policy's exploitability, for games that have it (Kuhn Poker)."""
+    online_games: int = 0
+    """Evaluation games against ``opponent`` played inside every training batch, per game (rounded
+    down to a multiple of its seats), alongside the training games and with the same weights.
+    They give no training records and are logged as ``online_eval/<game>/...`` (see
+    sp_lightning.evaluation.online). 0 turns them off."""
+
+    def __post_init__(self):
+        if not isinstance(self.online_games, int) or self.online_games < 0:
+            raise ValueError(f"data.eval.online_games: expected an int >= 0, got {self.online_games!r}")
 
 
 class _RolloutStream(IterableDataset):
@@ -199,6 +208,11 @@ class SelfPlayDataModule(L.LightningDataModule):
         arena.credit, arena.episodes_per_batch, arena.seed = self.credit, self.episodes_per_batch, self.seed
         if arena.source is None:
             arena.source = self.source
+        if self.eval.online_games and arena.online_evaluation is None:
+            from sp_lightning.evaluation.online import OnlineEvaluation
+
+            arena.online_evaluation = OnlineEvaluation(self.games, self.eval.opponent, self.eval.online_games,
+                                                       self.eval.seed, self.eval_env_overrides())
         if self.episode_log.path is not None and rank == 0 and arena.episode_log is None:
             arena.episode_log = EpisodeLog(self.episode_log, tokenizer=module.tokenizer)
         self._restore_bot_rngs()

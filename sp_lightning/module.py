@@ -186,6 +186,28 @@ def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None =
                       loss_mask, old_logprobs, advantages)
 
 
+def split_micro_batches(records: list[TrainingRecord], max_records: int, max_tokens: int | None,
+                        max_train_tokens: int | None = None) -> list[list[TrainingRecord]]:
+    """``records`` cut, in order, into runs of at most ``max_records`` whose padded size (count x
+    the longest sequence, as ``collate`` pads them) stays within ``max_tokens``."""
+    chunks: list[list[TrainingRecord]] = []
+    current: list[TrainingRecord] = []
+    longest = 0
+    for r in records:
+        length = len(r.prompt_ids) + len(r.completion_ids)
+        if max_train_tokens:
+            length = min(length, max_train_tokens)
+        widest = max(longest, length)
+        if current and (len(current) >= max_records or (max_tokens and (len(current) + 1) * widest > max_tokens)):
+            chunks.append(current)
+            current, widest = [], length
+        current.append(r)
+        longest = widest
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 @dataclass
 class _MicroBatch:
     """One micro-batch of a training step: its records, their collated tensors, and the
@@ -203,6 +225,7 @@ class SelfPlayModule(L.LightningModule):
         loss: LossSettings | None = None,
         optimizer: OptimizerSettings | None = None,
         micro_batch_size: int = 64,
+        micro_batch_tokens: int | None = 4096,
         max_train_tokens: int | None = None,
         update_epochs: int = 1,
     ):
@@ -211,7 +234,12 @@ class SelfPlayModule(L.LightningModule):
             policy: The model, its LoRA adapter and its tokenizer.
             loss: The policy-gradient loss and its KL term.
             optimizer: Learning rate, clipping and warm-up.
-            micro_batch_size: Sequences per forward/backward; gradients accumulate over a batch.
+            micro_batch_size: Most sequences per forward/backward; gradients accumulate over a batch.
+            micro_batch_tokens: Most padded tokens (sequences x the longest of them) per
+                forward/backward; a sequence longer than this goes alone. Peak memory follows
+                tokens, not sequences: a step's records differ in length from game to game and
+                config to config, and a budget in tokens bounds the activations whatever they
+                are. Null: ``micro_batch_size`` alone.
             max_train_tokens: Prompt+completion tokens beyond this are not trained on
                 (generation may be longer); null trains on everything.
             update_epochs: Optimizer steps taken on each batch of rollouts (PPO's epochs). The
@@ -232,6 +260,9 @@ class SelfPlayModule(L.LightningModule):
         if micro_batch_size < 1:
             raise ValueError(f"model.micro_batch_size: expected >= 1, got {micro_batch_size}")
         self.micro_batch_size = micro_batch_size
+        if micro_batch_tokens is not None and micro_batch_tokens < 1:
+            raise ValueError(f"model.micro_batch_tokens: expected an int >= 1 or null, got {micro_batch_tokens!r}")
+        self.micro_batch_tokens = micro_batch_tokens
         if update_epochs < 1:
             raise ValueError(f"model.update_epochs: expected an int >= 1, got {update_epochs!r}")
         self.update_epochs = update_epochs
@@ -311,7 +342,8 @@ class SelfPlayModule(L.LightningModule):
         pad = self.tokenizer.pad_token_id
         micro_batches = [
             _MicroBatch(chunk, collate(chunk, pad, self.max_train_tokens).to(self.device))
-            for chunk in (records[i : i + self.micro_batch_size] for i in range(0, len(records), self.micro_batch_size))
+            for chunk in split_micro_batches(records, self.micro_batch_size, self.micro_batch_tokens,
+                                             self.max_train_tokens)
         ]
         num_tokens = sum(sum(r.action_mask) for r in records)
         totals: dict[str, float] = {}
@@ -469,10 +501,10 @@ class SelfPlayModule(L.LightningModule):
         return ids
 
     def _log_rollout(self, metrics: dict[str, float]) -> None:
-        games = {k: v for k, v in metrics.items() if not k.startswith(("rollout/", "credit/"))}
+        own_prefix = ("rollout/", "credit/", "online_eval/")  # logged under their own names
+        games = {k: v for k, v in metrics.items() if not k.startswith(own_prefix)}
         self.log_dict({f"games/{k}": v for k, v in games.items()}, batch_size=1)
-        self.log_dict({k: v for k, v in metrics.items() if k.startswith(("rollout/", "credit/"))},
-                      batch_size=1, prog_bar=False)
+        self.log_dict({k: v for k, v in metrics.items() if k.startswith(own_prefix)}, batch_size=1, prog_bar=False)
 
     # ---- evaluation ---------------------------------------------------------------------------
     def validation_step(self, game, batch_idx):

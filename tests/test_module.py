@@ -3,7 +3,7 @@
 import torch
 
 from sp_lightning.model import LoraSettings, PolicySettings
-from sp_lightning.module import LossSettings, OptimizerSettings, SelfPlayModule, collate
+from sp_lightning.module import LossSettings, OptimizerSettings, SelfPlayModule, collate, split_micro_batches
 from sp_lightning.types import TrainingRecord
 import pytest
 
@@ -22,6 +22,27 @@ def test_collate_right_aligns_completions_for_logits_to_keep():
     assert batch.targets.tolist() == [[8, 9], [5, 8]]
     assert batch.loss_mask.tolist() == [[1, 1], [0, 1]]
     assert batch.old_logprobs.tolist() == [[-1, -1], [0, -1]]
+
+
+def test_micro_batches_are_cut_at_the_padded_token_budget_and_the_record_cap():
+    """Lengths 4, 4, 6, 2, 10 (prompt + completion) with a 12-token budget: [4, 4] pads to 8
+    and adding 6 would pad 3 x 6 = 18; [6, 2] pads to 12; 10 goes alone. A record longer than
+    the budget is not dropped: it goes alone. Order is kept and every record is in one chunk."""
+    records = [_record([1] * 3, [2]), _record([1] * 2, [2] * 2), _record([1] * 5, [2]), _record([1], [2]),
+               _record([1] * 9, [2])]
+    sizes = lambda chunks: [len(c) for c in chunks]
+    chunks = split_micro_batches(records, max_records=64, max_tokens=12)
+    assert sizes(chunks) == [2, 2, 1] and [r for c in chunks for r in c] == records
+    assert sizes(split_micro_batches(records, max_records=64, max_tokens=5)) == [1, 1, 1, 1, 1]
+    assert sizes(split_micro_batches(records, max_records=2, max_tokens=None)) == [2, 2, 1]
+    assert sizes(split_micro_batches(records, max_records=64, max_tokens=None)) == [5]
+    # max_train_tokens cuts the sequences before they are padded, so the budget counts it too
+    assert sizes(split_micro_batches(records, max_records=64, max_tokens=12, max_train_tokens=4)) == [3, 2]
+
+
+def test_micro_batch_tokens_must_be_positive():
+    with pytest.raises(ValueError, match="model.micro_batch_tokens: expected an int >= 1 or null, got 0"):
+        SelfPlayModule(policy=PolicySettings(model="tiny"), micro_batch_tokens=0)
 
 
 def test_tokens_beyond_max_train_tokens_are_not_trained():

@@ -62,7 +62,8 @@ def cross_play(worker: RolloutWorker | None, game: GameSettings, policies: Mappi
     results: dict[tuple[str, str], EvalResult] = {}
     for (a, b), match, rollouts in zip(pairs, matches, play_matches(worker, matches, sampling, seed)):
         games = match.games(rollouts)
-        results[(a, b)] = summarize(games, a, b, game.agents)
+        results[(a, b)] = summarize(games, a, b, game.agents, seed=seed)
         if a != b:
-            results[(b, a)] = summarize([(other[seat], rollout) for seat, rollout in games], b, a, game.agents)
+            from_other_seat = [(other[seat], rollout) for seat, rollout in games]
+            results[(b, a)] = summarize(from_other_seat, b, a, game.agents, seed=seed)
     return CrossPlay(labels, results)

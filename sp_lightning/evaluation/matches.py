@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sp_lightning.arena import Arena
-from sp_lightning.evaluation.stats import mean_interval, wilson_interval
+from sp_lightning.evaluation.stats import bootstrap_mean_interval, wilson_interval
 from sp_lightning.games import GameSettings, as_policy
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
@@ -27,10 +27,13 @@ SEAT_STRIDE = 1_000_003  # episode seeds of seat s start at seed + s * SEAT_STRI
 
 @dataclass
 class EvalResult:
-    """A policy's results against its opponents over ``games`` games, with 95% intervals.
+    """A policy's results against its opponents over ``games`` games, with 95% intervals (Wilson
+    for the rates, a seeded bootstrap for the mean payoff).
 
     Games the opponents lost by their own invalid move (a forfeit) count as wins and are also
-    counted apart in ``opponent_forfeits``; ``without_opponent_forfeits`` drops them.
+    counted apart in ``opponent_forfeits``; summarised with ``exclude_opponent_forfeits`` they
+    are left out of every figure (``games`` then counts the rest, ``opponent_forfeits`` still
+    says how many were left out).
     """
 
     policy: str
@@ -44,6 +47,7 @@ class EvalResult:
     legal_move_rate: float
     per_seat_win_rate: dict[str, float]
     opponent_forfeits: int = 0
+    excludes_opponent_forfeits: bool = False
     payoffs: list[float] = field(default_factory=list, repr=False)
 
     @property
@@ -53,6 +57,12 @@ class EvalResult:
     @property
     def win_ci(self) -> tuple[float, float]:
         return wilson_interval(self.wins, self.games)
+
+    @property
+    def opponent_forfeit_rate(self) -> float:
+        """Of every game played, counted or left out."""
+        played = self.games + (self.opponent_forfeits if self.excludes_opponent_forfeits else 0)
+        return self.opponent_forfeits / max(played, 1)
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
         n = max(self.games, 1)
@@ -66,7 +76,7 @@ class EvalResult:
             f"{prefix}/payoff_ci_low": self.payoff_ci[0],
             f"{prefix}/payoff_ci_high": self.payoff_ci[1],
             f"{prefix}/legal_move_rate": self.legal_move_rate,
-            f"{prefix}/opponent_forfeit_rate": self.opponent_forfeits / n,
+            f"{prefix}/opponent_forfeit_rate": self.opponent_forfeit_rate,
         }
         out.update({f"{prefix}/win_rate_{seat}": r for seat, r in self.per_seat_win_rate.items()})
         return out
@@ -75,11 +85,12 @@ class EvalResult:
         lo, hi = self.win_ci
         plo, phi = self.payoff_ci
         n = max(self.games, 1)
+        left_out = " (left out)" if self.excludes_opponent_forfeits else ""
         return (
             f"{self.games} games: win {self.win_rate:.3f} [{lo:.3f}, {hi:.3f}], "
             f"draw {self.draws / n:.3f}, loss {self.losses / n:.3f}, "
             f"payoff {self.payoff_mean:+.3f} [{plo:+.3f}, {phi:+.3f}], legal moves {self.legal_move_rate:.3f}, "
-            f"opponent forfeits {self.opponent_forfeits / n:.3f}"
+            f"opponent forfeits {self.opponent_forfeit_rate:.3f}{left_out}"
         )
 
 
@@ -110,16 +121,20 @@ def play(
     seed: int = 12345,
     env_overrides: dict | None = None,
     remotes: dict | None = None,
+    exclude_opponent_forfeits: bool = False,
 ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
     """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat; the result and
     ``(policy's seat, rollout)`` of every game (for ratings).
 
     ``opponent`` is one policy for every other seat, or one per other seat (in seat order);
     ``remote:<name>`` plays the model ``remotes[name]`` (a :class:`RemoteModel`) serves.
+    ``exclude_opponent_forfeits`` leaves the games the opponents lost by their own invalid move
+    out of the result's figures (they are still counted, and still in the games returned).
     """
     match = Match(game, policy, opponent, games_per_seat, seed, env_overrides)
     games = match.games(play_matches(worker, [match], sampling, seed, remotes)[0])
-    return summarize(games, str(match.hero), match.label, game.agents), games
+    result = summarize(games, str(match.hero), match.label, game.agents, exclude_opponent_forfeits, seed)
+    return result, games
 
 
 @dataclass
@@ -186,9 +201,15 @@ def play_matches(worker: RolloutWorker | None, matches: list[Match], sampling: S
     return out
 
 
-def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agents: list[str]) -> EvalResult:
-    """Win/draw/loss, payoff and legal-move rate of the policy in ``seat`` of each rollout."""
-    payoffs, legal, moves, forfeits = [], 0, 0, 0
+def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agents: list[str],
+              exclude_opponent_forfeits: bool = False, seed: int = 0) -> EvalResult:
+    """Win/draw/loss, payoff and legal-move rate of the policy in ``seat`` of each rollout;
+    ``seed`` seeds the payoff's bootstrap interval. With ``exclude_opponent_forfeits``, games
+    the opponents lost by their own invalid move are counted apart and left out of the rest."""
+    forfeited = [opponent_forfeited(seat, rollout) for seat, rollout in games]
+    if exclude_opponent_forfeits:
+        games = [g for g, f in zip(games, forfeited) if not f]
+    payoffs, legal, moves = [], 0, 0
     seat_wins: dict[str, list[float]] = {a: [] for a in agents}
     for seat, rollout in games:
         payoff = rollout.outcome.get(seat, 0.0)
@@ -197,10 +218,7 @@ def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agen
         for step in rollout.steps_of(seat):
             moves += 1
             legal += not step.info.get("invalid_move", False)
-        last = rollout.steps[-1] if rollout.steps else None
-        if payoff > 0 and last is not None and last.role != seat and last.info.get("invalid_move"):
-            forfeits += 1  # only meaningful under the forfeit policy, where an invalid move ends the game
-    mean, ci = mean_interval(payoffs)
+    mean, ci = bootstrap_mean_interval(payoffs, seed=seed)
     return EvalResult(
         policy=policy,
         opponent=opponent,
@@ -212,6 +230,15 @@ def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agen
         payoff_ci=ci,
         legal_move_rate=legal / max(moves, 1),
         per_seat_win_rate={a: sum(w) / max(len(w), 1) for a, w in seat_wins.items()},
-        opponent_forfeits=forfeits,
+        opponent_forfeits=sum(forfeited),
+        excludes_opponent_forfeits=exclude_opponent_forfeits,
         payoffs=payoffs,
     )
+
+
+def opponent_forfeited(seat: str, rollout: Rollout) -> bool:
+    """The policy in ``seat`` won because another seat's invalid move ended the game (only
+    meaningful under the forfeit policy, where an invalid move ends the game)."""
+    last = rollout.steps[-1] if rollout.steps else None
+    return (rollout.outcome.get(seat, 0.0) > 0 and last is not None and last.role != seat
+            and bool(last.info.get("invalid_move")))

@@ -1,0 +1,90 @@
+"""``sp-lightning evaluate`` over several checkpoints (table, JSON, determinism) and
+``sp-lightning crossplay`` over a league directory on disk (its baselines and kept adapters)."""
+
+import json
+
+import torch
+
+from sp_lightning.cli import build_from_config, crossplay_main, evaluate_main, league_players
+from sp_lightning.evaluation.matches import evaluate
+from sp_lightning.games import GameSettings
+from sp_lightning.league.registry import AgentRecord, LeagueRegistry
+from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
+
+TICTACTOE = "configs/tictactoe_tiny.yaml"
+
+
+def _adapters(tmp_path, names):
+    """Adapter dirs of the config's policy: the first untrained, each later one with its
+    trainable weights (LoRA and move-token rows) moved by a different random draw."""
+    module, _ = build_from_config("--config", TICTACTOE)
+    paths = []
+    for k, name in enumerate(names):
+        if k:
+            gen = torch.Generator().manual_seed(k)
+            with torch.no_grad():
+                for p in module.model.parameters():
+                    if p.requires_grad:
+                        p.add_(torch.randn(p.shape, generator=gen))
+        module.save_adapter(tmp_path / name)
+        paths.append(str(tmp_path / name))
+    return paths
+
+
+def test_evaluate_several_checkpoints_prints_a_table_and_repeats_exactly(tmp_path, capsys):
+    first, second = _adapters(tmp_path, ["a", "b"])
+    output = tmp_path / "eval.json"
+    # invalid moves replaced by random ones, so that the untrained policies' games differ by seed
+    common = ["--config", TICTACTOE, "--games_per_seat", "20", "--data.eval.invalid_move", "random"]
+    report = evaluate_main([*common, "--checkpoint", first, second, first, "--seed", "11", "--output", str(output)])
+    assert list(report) == [first, second] and json.loads(output.read_text()) == report
+    entry = report[first]["tictactoe_v1"]
+    assert entry["games"] == 40 and report[second]["tictactoe_v1"] != entry
+    assert entry["tictactoe_v1/payoff_ci_low"] <= entry["tictactoe_v1/payoff"] <= entry["tictactoe_v1/payoff_ci_high"]
+    out = capsys.readouterr().out
+    assert "win [95% CI]" in out and "payoff [95% CI]" in out and out.count(f"{first}  tictactoe_v1") == 2
+    # the same checkpoint evaluated twice in the run (after another was loaded): the same figures
+    assert evaluate_main([*common, "--checkpoint", first, "--seed", "11"])["tictactoe_v1"] == entry
+    assert evaluate_main([*common, "--checkpoint", first, "--seed", "12"])["tictactoe_v1"] != entry
+
+
+def test_games_lost_by_an_opponent_forfeit_can_be_left_out(tiny_policy):
+    """The untrained model as the opponent under the forfeit rule loses many games by its own
+    invalid move: left out, they leave the other games' figures, and are still counted."""
+    model, tok = tiny_policy
+    worker = HFRolloutWorker(model, tok)
+    game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "forfeit"})
+    kwargs = dict(policy="bot:random", opponent="base", games_per_seat=40, seed=4,
+                  sampling=SamplingSettings(max_new_tokens=1))
+    counted = evaluate(worker, game, **kwargs)
+    left_out = evaluate(worker, game, exclude_opponent_forfeits=True, **kwargs)
+    assert counted.opponent_forfeits > 0 and left_out.opponent_forfeits == counted.opponent_forfeits
+    assert left_out.games == counted.games - counted.opponent_forfeits
+    assert left_out.wins == counted.wins - counted.opponent_forfeits and left_out.losses == counted.losses
+    assert left_out.opponent_forfeit_rate == counted.opponent_forfeit_rate
+    assert "(left out)" in left_out.summary() and "(left out)" not in counted.summary()
+
+
+def test_crossplay_over_a_league_directory_writes_ratings_and_plots(tmp_path, capsys):
+    league = tmp_path / "league"
+    adapter_paths = _adapters(league / "adapters", ["ckpt-000010", "ckpt-000020", "ckpt-000030"])
+    registry = LeagueRegistry(league / "league.json")
+    registry.add_agent(AgentRecord(id="random_bot", type="baseline", policy="bot:random"))
+    registry.add_agent(AgentRecord(id="hero", type="learner", policy="learner", step=30))
+    for step, path in zip((10, 20, 30), adapter_paths):
+        name = f"ckpt-{step:06d}"
+        registry.add_agent(AgentRecord(id=name, type="checkpoint", policy=f"checkpoint:{name}",
+                                       adapter_path=f"/elsewhere/{name}", step=step))  # the league moved
+    players = league_players(str(league), max_checkpoints=2, baselines=True)
+    assert list(players) == ["random_bot", "ckpt-000010", "ckpt-000030"]  # thinned, the last one kept
+    out = crossplay_main(["--config", TICTACTOE, "--league", str(league), "--max_checkpoints", "2",
+                          "--checkpoint", adapter_paths[1], "--games_per_seat", "6", "--resamples", "30",
+                          "--output_dir", str(tmp_path / "cp")])  # the thinned-out one named again
+    table, ratings = out["table"], out["ratings"]
+    assert table.labels == ["random_bot", "ckpt-000010", "ckpt-000030", "ckpt-000020"]
+    assert all(r.games == 12 for r in table.results.values())
+    report = json.loads(open(out["paths"]["json"]).read())
+    assert report["policies"]["random_bot"] == "bot:random" and len(report["payoff_matrix"]) == 4
+    assert set(report["ratings"]["bradley_terry"]) == set(table.labels)
+    assert all(lo <= v <= hi for v, (lo, hi) in zip(ratings.bradley_terry, ratings.bradley_terry_ci))
+    assert "Bradley-Terry [95% CI]" in capsys.readouterr().out

@@ -1,0 +1,61 @@
+"""Online evaluation: games against a fixed opponent played inside each training batch, in the
+same arena run as the training games, logged per game, never trained on."""
+
+import pytest
+
+from sp_lightning.arena import Arena
+from sp_lightning.evaluation.online import OnlineEvaluation
+from sp_lightning.games import FixedMix, GameSettings
+from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
+from sp_lightning.sources import GameMix
+from sp_lightning.types import LEARNER
+from tests.helpers import fit_batches
+
+
+def test_online_games_share_the_batch_run_and_give_no_records(tiny_policy):
+    model, tok = tiny_policy
+    game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"},
+                        opponents={"bot:random": 1.0})
+    worker = HFRolloutWorker(model, tok)
+    calls = []
+    generate = worker.generate
+    worker.generate = lambda requests, sampling: (calls.append(len(requests)), generate(requests, sampling))[1]
+    from envs import make_bots
+
+    arena = Arena(worker, SamplingSettings(max_new_tokens=1), bots=make_bots(0), episodes_per_batch=8, seed=1,
+                  source=GameMix([game], FixedMix()))
+    arena.step()  # the batch alone
+    plain_calls, calls[:] = list(calls), []
+    arena.online_evaluation = OnlineEvaluation([game], "bot:random", games_per_batch=6, seed=3,
+                                               env_overrides={"invalid_move": "forfeit"})
+    arena.steps_done = 0  # the same training games again, now with evaluation games beside them
+    batch = arena.step()
+    # the batch holds the 8 training games only, and a record for each learner move of theirs
+    # (their moves may differ from the plain run's: the evaluation games drew from the same RNGs)
+    learner_moves = sum(1 for r in batch.rollouts for step in r.steps if step.completion.policy == LEARNER)
+    assert len(batch.rollouts) == 8 and len(batch.records) == learner_moves > 0
+    assert batch.metrics["online_eval/tictactoe_v1/games"] == 6
+    assert 0 <= batch.metrics["online_eval/tictactoe_v1/win_rate"] <= 1
+    assert "online_eval/tictactoe_v1/payoff_ci_low" in batch.metrics
+    # the evaluation games' moves rode in the same generate calls (no call of their own)
+    assert len(calls) <= max(len(plain_calls), 5) and sum(calls) > sum(plain_calls)
+
+
+def test_online_games_are_drawn_per_batch_from_their_own_stream():
+    game = GameSettings(id="kuhn_poker_v1")
+    online = OnlineEvaluation([game], "bot:random", games_per_batch=5, seed=9)
+    first, again, second = online.matches(0)[0], online.matches(0)[0], online.matches(1)[0]
+    assert len(first.episodes) == 4 and first.seeds == again.seeds and first.seeds != second.seeds
+    assert sorted(set(first.hero_seats)) == sorted(game.agents)  # the learner in every seat
+    with pytest.raises(ValueError, match="data.eval.online_games: expected an int >= 0"):
+        OnlineEvaluation([game], "bot:random", games_per_batch=0, seed=0)
+
+
+def test_fit_logs_online_evaluation_per_game(tmp_path):
+    trainer, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "4",
+                                   "--data.eval.online_games", "4")
+    assert all(b.metrics["online_eval/tictactoe_v1/games"] == 4 for b in batches)
+    assert all(len(b.rollouts) == 4 for b in batches)
+    assert "online_eval/tictactoe_v1/win_rate" in trainer.callback_metrics
+    with pytest.raises(ValueError, match="data.eval.online_games: expected an int >= 0, got -1"):
+        fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 1, "--data.eval.online_games", "-1")
