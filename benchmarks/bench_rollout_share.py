@@ -14,11 +14,13 @@ Our share is raw seconds / arena seconds (1.0: the arena adds nothing to generat
 counts model calls (one per learner move), tokens/s the generated tokens (one per turn here).
 Medians of ``--repeats`` runs, arena and raw interleaved, so the ratio holds on a noisy machine.
 
-The arena runs twice: with the worker's defaults, and with ``merge_learner: true`` (learner-only
-calls served by a copy with the LoRA adapter merged into the weights). Raw generate runs the
-peft model as it is trained (unmerged), so a share above 1 is the merge's gain. Raw replays the
-merged run's batches; the default run plays the same games on the same seeds (its moves can
-differ where the two paths' logprobs, equal within 1e-5, tip a draw).
+The arena runs twice: with the worker's defaults (``merge_learner: null``, which merges for a
+model this small: learner-only calls served by a copy with the LoRA adapter merged into the
+weights), and with ``merge_learner: false`` (every call through the unmerged peft layers, the
+default before the merge existed). Raw generate runs the peft model as it is trained
+(unmerged), so a share above 1 is the merge's gain. Raw replays the default run's batches; the
+unmerged run plays the same games on the same seeds (its moves can differ where the two paths'
+logprobs, equal within 1e-4, tip a draw).
 
     python benchmarks/bench_rollout_share.py                # 2 threads, 3 repeats
     python benchmarks/bench_rollout_share.py --concurrency 64 --repeats 5
@@ -79,14 +81,15 @@ def main() -> None:
     sampling = SamplingSettings(max_new_tokens=1, temperature=1.0)
     game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
     print(f"torch threads {args.threads}; medians of {args.repeats} repeats (arena and raw interleaved)")
-    print(f"{'games at once':>13} {'games':>6} {'calls':>6} | {'raw turns/s':>11} | {'arena turns/s':>13} "
-          f"{'share':>5} | {'merged: turns/s':>15} {'share':>5}")
+    print(f"{'games at once':>13} {'games':>6} {'calls':>6} | {'raw turns/s':>11} | {'default: turns/s':>16} "
+          f"{'share':>5} | {'unmerged: turns/s':>17} {'share':>5}")
     for concurrency in args.concurrency:
         games = games_for(concurrency)
-        times: dict[str, list[float]] = {"arena": [], "merged": [], "raw": []}
+        times: dict[str, list[float]] = {"unmerged": [], "default": [], "raw": []}
         for repeat in range(args.repeats):
-            for kind in ("arena", "merged"):
-                worker = CallRecordingWorker(model, tokenizer, max_batch_size=256, merge_learner=kind == "merged")
+            for kind in ("unmerged", "default"):
+                merge = None if kind == "default" else False
+                worker = CallRecordingWorker(model, tokenizer, max_batch_size=256, merge_learner=merge)
                 arena = Arena(worker, sampling, bots=make_bots(repeat))
                 rng = random.Random(repeat)
                 episodes = [game.episode(FixedMix().seats(game, rng)) for _ in range(games)]
@@ -94,10 +97,10 @@ def main() -> None:
                 arena.play(episodes, list(range(games)), max_concurrent=concurrency)
                 times[kind].append(time.perf_counter() - start)
             times["raw"].append(raw_generate_seconds(model, tokenizer, worker.calls, sampling))
-        turns = sum(len(c) for c in worker.calls)  # the merged run's; one token per turn: turns/s == tokens/s
-        raw, plain, merged = (statistics.median(times[k]) for k in ("raw", "arena", "merged"))
-        print(f"{concurrency:>13} {games:>6} {len(worker.calls):>6} | {turns / raw:>11.0f} | {turns / plain:>13.0f} "
-              f"{raw / plain:>5.2f} | {turns / merged:>15.0f} {raw / merged:>5.2f}")
+        turns = sum(len(c) for c in worker.calls)  # the default run's; one token per turn: turns/s == tokens/s
+        raw, default, unmerged = (statistics.median(times[k]) for k in ("raw", "default", "unmerged"))
+        print(f"{concurrency:>13} {games:>6} {len(worker.calls):>6} | {turns / raw:>11.0f} | {turns / default:>16.0f} "
+              f"{raw / default:>5.2f} | {turns / unmerged:>17.0f} {raw / unmerged:>5.2f}")
 
 
 def raw_generate_seconds(model, tokenizer, calls: list[list[list[int]]], sampling: SamplingSettings) -> float:

@@ -1,0 +1,51 @@
+"""The benchmark suite of issue 9, one benchmark after another, each in its own process.
+
+    pip install -e ".[bench]"   # trl==1.16.0        # benchmark 3-4's baseline
+    python benchmarks/suite.py       # ~10 min on 2 cores; run it with nothing else on the machine
+
+1. env steps/s per game with bots, against the raw PettingZoo envs behind our adapters
+   (bench_env_steps.py);
+2. rollout turns/s and tokens/s at 1 / 8 / 64 / 256 concurrent games, as a share of raw batched
+   ``model.generate`` on the same prompt batches (bench_rollout_share.py);
+3. and 4. training tokens/s and seconds per step against TRL's GRPOTrainer on the same work
+   (bench_trl.py);
+5. peak resident memory of the default tiny run (bench_peak_memory.py).
+
+Each prints its own table, with the command that reproduces it; the suite adds each one's wall
+time and the total. ``--only 2 5`` runs a subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCHMARKS = {
+    "1": ("env steps/s", ["bench_env_steps.py", "--seconds", "1.5"]),
+    "2": ("rollout share of raw generate", ["bench_rollout_share.py"]),
+    "3-4": ("training throughput and seconds per step vs TRL", ["bench_trl.py"]),
+    "5": ("peak memory of the default tiny run", ["bench_peak_memory.py"]),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="*", choices=sorted(BENCHMARKS), default=list(BENCHMARKS))
+    opts = parser.parse_args()
+    total = time.perf_counter()
+    for key in opts.only:
+        title, args = BENCHMARKS[key]
+        print(f"\n=== benchmark {key}: {title}   (python benchmarks/{' '.join(args)})", flush=True)
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, os.path.join(HERE, args[0]), *args[1:]], stderr=subprocess.DEVNULL)
+        print(f"--- benchmark {key}: {time.perf_counter() - start:.0f} s"
+              + ("" if done.returncode == 0 else f", FAILED (exit {done.returncode})"), flush=True)
+    print(f"\nsuite: {time.perf_counter() - total:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
