@@ -5,7 +5,7 @@ validation included: it plays ``data.eval.games`` games at once), each in its ow
 peak resident set size the kernel reports for that process (``ru_maxrss`` of ``wait4``), so
 nothing of this script's own memory is counted. Runs side by side:
 
-- **default**: the config as shipped (micro-batches cut at ``model.micro_batch_tokens``, 8192
+- **default**: the config as shipped (micro-batches cut at ``model.micro_batch_tokens``, 4096
   padded tokens by default);
 - **baseline**: the same run with every record of a step in one forward and backward
   (``micro_batch_size: 512``, no token budget), as the config ran before the budget existed.

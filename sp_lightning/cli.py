@@ -243,6 +243,7 @@ def crossplay_main(args: list[str]) -> dict:
     from sp_lightning.evaluation.crossplay_ratings import rate
     from sp_lightning.evaluation.crossplay_report import write_report
     from sp_lightning.evaluation.matches import serve_policy
+    from sp_lightning.types import PolicyRef
 
     parser = argparse.ArgumentParser(prog="sp-lightning crossplay", description=crossplay_main.__doc__)
     parser.add_argument("--league", help="league directory (holding league.json) whose agents play")
@@ -264,7 +265,7 @@ def crossplay_main(args: list[str]) -> dict:
     policies = league_players(ours.league, ours.max_checkpoints, not ours.no_baselines) if ours.league else {}
     with tempfile.TemporaryDirectory() as scratch:
         for path in ours.checkpoint:
-            label = os.path.splitext(os.path.basename(os.path.normpath(path)))[0]
+            label = unique_label(path, policies)
             if not os.path.isdir(path):  # a Lightning .ckpt: its adapter, saved where the worker can load it
                 load_checkpoint(module, path)
                 module.save_adapter(os.path.join(scratch, label))
@@ -272,7 +273,14 @@ def crossplay_main(args: list[str]) -> dict:
             policies[label] = f"checkpoint:{path}"
         if len(policies) < 2:
             parser.error(f"expected at least 2 players (--league, --checkpoint), got {list(policies)}")
-        served = {label: serve_policy(worker, spec) for label, spec in policies.items()}
+        served = {}
+        for label, spec in policies.items():
+            directory = spec.removeprefix("checkpoint:")
+            if spec.startswith("checkpoint:") and os.path.isdir(directory):
+                worker.register_adapter(label, directory)  # by its unique label, not its directory's name
+                served[label] = PolicyRef("checkpoint", label)
+            else:
+                served[label] = serve_policy(worker, spec)
         print(f"cross-play of {len(served)} agents in {game.name}, {ours.games_per_seat} games per seat and pair")
         table = cross_play(worker, game, served, games_per_seat=ours.games_per_seat, sampling=dm.eval_sampling(),
                            seed=ours.seed, env_overrides=dm.eval_env_overrides())
@@ -285,6 +293,24 @@ def crossplay_main(args: list[str]) -> dict:
     print(ratings.table())
     print("written: " + ", ".join(paths.values()))
     return {"table": table, "ratings": ratings, "paths": paths}
+
+
+def unique_label(path: str, taken) -> str:
+    """A player's label: the file or directory name without extension (``last`` for
+    ``run/checkpoints/last.ckpt``), prefixed with its parent directories' names until no other
+    player has it (``runB-checkpoints-last``), or numbered as a last resort."""
+    import os
+
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    parts[-1] = os.path.splitext(parts[-1])[0]
+    for depth in range(1, len(parts) + 1):
+        label = "-".join(p for p in parts[-depth:] if p)
+        if label and label not in taken:
+            return label
+    k = 2
+    while f"{parts[-1]}-{k}" in taken:
+        k += 1
+    return f"{parts[-1]}-{k}"
 
 
 def league_players(league_dir: str, max_checkpoints: int, baselines: bool) -> dict[str, str]:
@@ -308,7 +334,10 @@ def league_players(league_dir: str, max_checkpoints: int, baselines: bool) -> di
                 adapters[a.id] = found[0]
     kept = sorted((a for a in agents if a.id in adapters), key=lambda a: a.step or 0)
     if max_checkpoints < len(kept):
-        picks = {round(k * (len(kept) - 1) / max(max_checkpoints - 1, 1)) for k in range(max_checkpoints)}
+        if max_checkpoints <= 1:
+            picks = {len(kept) - 1} if max_checkpoints == 1 else set()
+        else:
+            picks = {round(k * (len(kept) - 1) / (max_checkpoints - 1)) for k in range(max_checkpoints)}
         kept = [a for k, a in enumerate(kept) if k in picks]
     players.update({a.id: f"checkpoint:{adapters[a.id]}" for a in kept})
     return players

@@ -81,3 +81,13 @@ def test_report_writes_json_pngs_and_tensorboard(tmp_path):
     scalars = read_scalars(paths["tensorboard"], "crossplay/.*")
     assert scalars["crossplay/bradley_terry/tactical"][0][1] == pytest.approx(ratings.bradley_terry[1], abs=1e-3)
     assert "crossplay/elo/random" in scalars
+
+
+def test_a_game_is_won_by_the_higher_payoff_not_by_a_positive_one():
+    """A non-zero-sum game (both gain in a deal): the pair's score compares the two payoffs, so
+    the order of the labels does not decide who won."""
+    from sp_lightning.evaluation.crossplay_ratings import pair_scores
+
+    both_gain = CrossPlay(["a", "b"], {("a", "a"): _result([0.0]), ("b", "b"): _result([0.0]),
+                                       ("a", "b"): _result([0.5, 0.8, 0.3]), ("b", "a"): _result([0.5, 0.2, 0.9])})
+    assert pair_scores(both_gain)[(0, 1)].tolist() == [0.5, 1.0, 0.0]

@@ -5,7 +5,7 @@ import json
 
 import torch
 
-from sp_lightning.cli import build_from_config, crossplay_main, evaluate_main, league_players
+from sp_lightning.cli import build_from_config, crossplay_main, evaluate_main, league_players, unique_label
 from sp_lightning.evaluation.matches import evaluate
 from sp_lightning.games import GameSettings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry
@@ -77,6 +77,7 @@ def test_crossplay_over_a_league_directory_writes_ratings_and_plots(tmp_path, ca
                                        adapter_path=f"/elsewhere/{name}", step=step))  # the league moved
     players = league_players(str(league), max_checkpoints=2, baselines=True)
     assert list(players) == ["random_bot", "ckpt-000010", "ckpt-000030"]  # thinned, the last one kept
+    assert list(league_players(str(league), max_checkpoints=1, baselines=False)) == ["ckpt-000030"]
     out = crossplay_main(["--config", TICTACTOE, "--league", str(league), "--max_checkpoints", "2",
                           "--checkpoint", adapter_paths[1], "--games_per_seat", "6", "--resamples", "30",
                           "--output_dir", str(tmp_path / "cp")])  # the thinned-out one named again
@@ -88,3 +89,11 @@ def test_crossplay_over_a_league_directory_writes_ratings_and_plots(tmp_path, ca
     assert set(report["ratings"]["bradley_terry"]) == set(table.labels)
     assert all(lo <= v <= hi for v, (lo, hi) in zip(ratings.bradley_terry, ratings.bradley_terry_ci))
     assert "Bradley-Terry [95% CI]" in capsys.readouterr().out
+
+
+def test_players_named_alike_get_distinct_labels():
+    taken = {"last": "checkpoint:/runs/a/checkpoints/last"}
+    assert unique_label("/runs/b/checkpoints/last.ckpt", taken) == "checkpoints-last"
+    taken["checkpoints-last"] = "..."
+    assert unique_label("/runs/b/checkpoints/last.ckpt", taken) == "b-checkpoints-last"
+    assert unique_label("/runs/b/checkpoints/best.ckpt", taken) == "best"

@@ -47,7 +47,7 @@ def test_online_games_are_drawn_per_batch_from_their_own_stream():
     first, again, second = online.matches(0)[0], online.matches(0)[0], online.matches(1)[0]
     assert len(first.episodes) == 4 and first.seeds == again.seeds and first.seeds != second.seeds
     assert sorted(set(first.hero_seats)) == sorted(game.agents)  # the learner in every seat
-    with pytest.raises(ValueError, match="data.eval.online_games: expected an int >= 0"):
+    with pytest.raises(ValueError, match="data.eval.online_games: expected an int >= 1 here"):
         OnlineEvaluation([game], "bot:random", games_per_batch=0, seed=0)
 
 

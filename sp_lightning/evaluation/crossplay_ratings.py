@@ -65,14 +65,18 @@ class CrossPlayRatings:
 
 
 def pair_scores(table: CrossPlay) -> dict[tuple[int, int], np.ndarray]:
-    """For every pair ``i < j``: the score of ``i`` in each of their games (1, 1/2, 0)."""
+    """For every pair ``i < j``: the score of ``i`` in each of their games: 1 when its payoff was
+    higher than ``j``'s, 1/2 when equal, 0 when lower. Both cells of a pair hold the same games
+    in the same order, read from either side, so this also holds for games that are not
+    zero-sum (a negotiation where both gain is no win for either)."""
     index = {a: k for k, a in enumerate(table.labels)}
     out = {}
     for (a, b), result in table.results.items():
         i, j = index[a], index[b]
         if i < j:
-            payoffs = np.asarray(result.payoffs, dtype=np.float64)
-            out[(i, j)] = np.where(payoffs > 0, 1.0, np.where(payoffs < 0, 0.0, 0.5))
+            mine = np.asarray(result.payoffs, dtype=np.float64)
+            theirs = np.asarray(table.results[(b, a)].payoffs, dtype=np.float64)
+            out[(i, j)] = np.where(mine > theirs, 1.0, np.where(mine < theirs, 0.0, 0.5))
     return out
 
 
@@ -145,7 +149,7 @@ def rate(table: CrossPlay, resamples: int = 200, seed: int = 0, elo_k: float = 1
         labels=list(table.labels),
         bradley_terry=[float(v) for v in bradley_terry(n, scores)],
         bradley_terry_ci=interval(bt_replicates),
-        elo=[float(v) for v in np.median(elo_replicates, axis=0)],
+        elo=[float(v) for v in np.median(elo_replicates, axis=0) - np.median(elo_replicates, axis=0).mean()],
         elo_ci=interval(elo_replicates),
         games=int(sum(len(s) for s in scores.values())),
         resamples=resamples,

@@ -10,9 +10,12 @@ them. Their results are logged per game as ``online_eval/<game>/...``.
 
 Each training batch is played by one policy version, so ``games_per_batch`` is the cap per
 checkpoint and per game: a curve of these figures is a curve over checkpoints, with no extra pause
-in training. The games are drawn from their own seed stream, and batch ``i``'s stream is seeded
-from ``(seed, i)``. Their seeds therefore differ from the training games' and from validation's,
-and a resumed run plays the same evaluation games again.
+in training. Their episode seeds (deals) come from a stream of their own, seeded from ``(seed,
+i)`` for batch ``i``: they differ from the training games' and from validation's. Their bots
+and the model's sampling draw from the same generators as the training games, though. Turning
+them on therefore changes the training trajectory, and their results depend on the run's
+history. A resumed run still replays exactly, because those generators are checkpointed. Every
+data-parallel rank plays the same evaluation games.
 
 The models sample at the training sampling settings: these games measure the policy that is
 playing. Validation, ``sp-lightning evaluate`` and its ``data.eval.temperature`` measure it at the
@@ -35,7 +38,8 @@ class OnlineEvaluation:
     def __init__(self, games: list[GameSettings], opponent: str | PolicyRef, games_per_batch: int, seed: int,
                  env_overrides: dict | None = None) -> None:
         if games_per_batch < 1:
-            raise ValueError(f"data.eval.online_games: expected an int >= 0, got {games_per_batch!r}")
+            raise ValueError(f"data.eval.online_games: expected an int >= 1 here (0 turns them off), "
+                             f"got {games_per_batch!r}")
         self.games = list(games)
         self.opponent = opponent
         self.games_per_batch = games_per_batch
