@@ -360,8 +360,11 @@ class Arena:
         the matches of an :class:`~sp_lightning.evaluation.online.OnlineEvaluation`, played in the
         same run (their moves share the batch's generate calls) and reported in the metrics."""
         matches = list(evaluation or [])
-        side_episodes = [e for m in matches for e in m.episodes]
-        side_seeds = [s for m in matches for s in m.seeds]
+        side_episodes, side_seeds = [], []
+        if matches:
+            from sp_lightning.evaluation.matches import episodes_of  # evaluation builds on the arena
+
+            side_episodes, side_seeds = episodes_of(matches)
         start = time.perf_counter()
         tokens_before = getattr(self.worker, "generated_tokens", 0)
         played = self.play([*episodes, *side_episodes], [*seeds, *side_seeds])

@@ -243,7 +243,6 @@ def crossplay_main(args: list[str]) -> dict:
     from sp_lightning.evaluation.crossplay_ratings import rate
     from sp_lightning.evaluation.crossplay_report import write_report
     from sp_lightning.evaluation.matches import serve_policy
-    from sp_lightning.types import PolicyRef
 
     parser = argparse.ArgumentParser(prog="sp-lightning crossplay", description=crossplay_main.__doc__)
     parser.add_argument("--league", help="league directory (holding league.json) whose agents play")
@@ -273,14 +272,8 @@ def crossplay_main(args: list[str]) -> dict:
             policies[label] = f"checkpoint:{path}"
         if len(policies) < 2:
             parser.error(f"expected at least 2 players (--league, --checkpoint), got {list(policies)}")
-        served = {}
-        for label, spec in policies.items():
-            directory = spec.removeprefix("checkpoint:")
-            if spec.startswith("checkpoint:") and os.path.isdir(directory):
-                worker.register_adapter(label, directory)  # by its unique label, not its directory's name
-                served[label] = PolicyRef("checkpoint", label)
-            else:
-                served[label] = serve_policy(worker, spec)
+        # adapters registered by their unique labels: two directories may share a name
+        served = {label: serve_policy(worker, spec, name=label) for label, spec in policies.items()}
         print(f"cross-play of {len(served)} agents in {game.name}, {ours.games_per_seat} games per seat and pair")
         table = cross_play(worker, game, served, games_per_seat=ours.games_per_seat, sampling=dm.eval_sampling(),
                            seed=ours.seed, env_overrides=dm.eval_env_overrides())

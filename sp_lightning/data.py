@@ -75,10 +75,7 @@ class _RolloutStream(IterableDataset):
         rank = dm.trainer.global_rank if dm.trainer is not None else 0
         while True:
             # one stream per batch, from the batch's index: a resumed run plays the same games
-            dm.arena.steps_done = dm.batches_played
-            batch = dm.arena.step(seeded_rng(dm.seed, rank, batch=dm.batches_played))
-            dm.batches_played += 1
-            yield batch
+            yield dm.arena.step(seeded_rng(dm.seed, rank, batch=dm.batches_played))
 
 
 class _EvalJobs(IterableDataset):
@@ -177,7 +174,6 @@ class SelfPlayDataModule(L.LightningDataModule):
                                       else GameMix(self.games, self.opponents) if games else NoEpisodes())
         self.remote_models = dict(remote_models or {})
         self.episode_log = episode_log or EpisodeLogSettings()
-        self.batches_played = 0
         self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
         self.arena: Arena = arena if arena is not None else Arena()
         self.worker: RolloutWorker | None = None
@@ -206,7 +202,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         arena.bots = {**make_bots(self.seed), **self.source.bots(self.seed), **arena.bots}
         arena.remotes = {**self.remote_models, **arena.remotes}
         arena.credit, arena.episodes_per_batch, arena.seed = self.credit, self.episodes_per_batch, self.seed
-        if arena.source is None:
+        if arena.source is None and not isinstance(self.source, NoEpisodes):  # the arena then says why
             arena.source = self.source
         if self.eval.online_games and arena.online_evaluation is None:
             from sp_lightning.evaluation.online import OnlineEvaluation
@@ -236,6 +232,15 @@ class SelfPlayDataModule(L.LightningDataModule):
         if self.eval.temperature is None:
             return self.sampling
         return dataclasses.replace(self.sampling, temperature=self.eval.temperature)
+
+    @property
+    def batches_played(self) -> int:
+        """Training batches played so far: the arena's own count (``step`` advances it)."""
+        return self.arena.steps_done
+
+    @batches_played.setter
+    def batches_played(self, value: int) -> None:
+        self.arena.steps_done = value
 
     def train_dataloader(self):
         return DataLoader(_RolloutStream(self), batch_size=None, collate_fn=_identity)

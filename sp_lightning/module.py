@@ -192,17 +192,17 @@ def split_micro_batches(records: list[TrainingRecord], max_records: int, max_tok
     the longest sequence, as ``collate`` pads them) stays within ``max_tokens``."""
     chunks: list[list[TrainingRecord]] = []
     current: list[TrainingRecord] = []
-    longest = 0
+    longest = 0  # of the records in ``current``
     for r in records:
         length = len(r.prompt_ids) + len(r.completion_ids)
         if max_train_tokens:
             length = min(length, max_train_tokens)
-        widest = max(longest, length)
-        if current and (len(current) >= max_records or (max_tokens and (len(current) + 1) * widest > max_tokens)):
+        full = len(current) >= max_records
+        if current and (full or (max_tokens and (len(current) + 1) * max(longest, length) > max_tokens)):
             chunks.append(current)
-            current, widest = [], length
+            current, longest = [], 0
         current.append(r)
-        longest = widest
+        longest = max(longest, length)
     if current:
         chunks.append(current)
     return chunks
@@ -210,12 +210,19 @@ def split_micro_batches(records: list[TrainingRecord], max_records: int, max_tok
 
 @dataclass
 class _MicroBatch:
-    """One micro-batch of a training step: its records, their collated tensors, and the
+    """One micro-batch of a training step: its records, their collated tensors, the count of
+    trained tokens (counted on the CPU, so no pass waits on the device for it), and the
     legal-move mask (built on the first pass that needs it, reused by later passes)."""
 
     records: list[TrainingRecord]
     tensors: TrainBatch
+    trained_tokens: float
     legal: tuple | None = None
+
+    @classmethod
+    def collated(cls, records: list[TrainingRecord], pad_id: int, max_tokens: int | None, device) -> _MicroBatch:
+        tensors = collate(records, pad_id, max_tokens)
+        return cls(records, tensors.to(device), float(tensors.loss_mask.sum()))
 
 
 class SelfPlayModule(L.LightningModule):
@@ -341,7 +348,7 @@ class SelfPlayModule(L.LightningModule):
         # mask is built on first use and kept for the later ones
         pad = self.tokenizer.pad_token_id
         micro_batches = [
-            _MicroBatch(chunk, collate(chunk, pad, self.max_train_tokens).to(self.device))
+            _MicroBatch.collated(chunk, pad, self.max_train_tokens, self.device)
             for chunk in split_micro_batches(records, self.micro_batch_size, self.micro_batch_tokens,
                                              self.max_train_tokens)
         ]
@@ -416,7 +423,7 @@ class SelfPlayModule(L.LightningModule):
                 diag["magnet_kl"] = masked_mean(magnet.detach(), known)
                 loss = loss + s.magnet_coef_at(self.global_step) * magnet.sum() / num_records
             self.manual_backward(loss)
-            weight = mb.loss_mask.sum().item() / max(num_tokens, 1)
+            weight = micro.trained_tokens / max(num_tokens, 1)
             for key, value in diag.items():
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())

@@ -52,11 +52,8 @@ class EpisodeSource:
 
 class NoEpisodes(EpisodeSource):
     """The source of a run with neither games nor ``data.episodes``: its arena must say what a
-    batch plays (registered episodes or its own ``get_batch``)."""
-
-    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
-        raise ValueError("arena.get_batch: no episode is registered (add_episode), data.games and data.episodes "
-                         "are empty; register episodes on the arena (data.arena) or override its get_batch")
+    batch plays (registered episodes or its own ``get_batch``). The DataModule does not hand
+    it to the arena, so an arena with neither raises its own "nothing registered" error."""
 
 
 class GameMix(EpisodeSource):

@@ -45,8 +45,8 @@ def test_bradley_terry_recovers_the_strengths_that_generated_the_games():
     # sequential Elo ranks them the same way and its intervals hold its point value
     assert sorted(ratings.labels, key=lambda a: ratings.elo[ratings.labels.index(a)]) == ["weak", "mid", "strong"]
     assert all(low <= v <= high for v, (low, high) in zip(ratings.elo, ratings.elo_ci))
-    # centred on 0 (each Elo replicate is; the medians per agent nearly so)
-    assert abs(sum(ratings.bradley_terry)) < 1e-6 and abs(sum(ratings.elo)) < 10
+    # centred on 0 (Bradley-Terry by construction, Elo's medians re-centred)
+    assert abs(sum(ratings.bradley_terry)) < 1e-6 and abs(sum(ratings.elo)) < 1e-6
 
 
 def test_intervals_narrow_with_more_games_and_repeat_for_a_seed():
@@ -80,7 +80,8 @@ def test_report_writes_json_pngs_and_tensorboard(tmp_path):
         assert open(paths[key], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     scalars = read_scalars(paths["tensorboard"], "crossplay/.*")
     assert scalars["crossplay/bradley_terry/tactical"][0][1] == pytest.approx(ratings.bradley_terry[1], abs=1e-3)
-    assert "crossplay/elo/random" in scalars
+    assert scalars["crossplay/elo/random"][0][1] == pytest.approx(ratings.elo[0], abs=1e-3)
+    assert report["ratings"] == ratings.as_dict()
 
 
 def test_a_game_is_won_by_the_higher_payoff_not_by_a_positive_one():

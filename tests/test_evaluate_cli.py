@@ -3,6 +3,7 @@
 
 import json
 
+import pytest
 import torch
 
 from sp_lightning.cli import build_from_config, crossplay_main, evaluate_main, league_players, unique_label
@@ -42,7 +43,9 @@ def test_evaluate_several_checkpoints_prints_a_table_and_repeats_exactly(tmp_pat
     assert entry["games"] == 40 and report[second]["tictactoe_v1"] != entry
     assert entry["tictactoe_v1/payoff_ci_low"] <= entry["tictactoe_v1/payoff"] <= entry["tictactoe_v1/payoff_ci_high"]
     out = capsys.readouterr().out
-    assert "win [95% CI]" in out and "payoff [95% CI]" in out and out.count(f"{first}  tictactoe_v1") == 2
+    assert "win [95% CI]" in out and "payoff [95% CI]" in out
+    rows = [line for line in out.splitlines() if line.startswith(f"{first}  tictactoe_v1")]
+    assert len(rows) == 2 and rows[0] == rows[1]  # evaluated again after `second` was loaded
     # the same checkpoint evaluated twice in the run (after another was loaded): the same figures
     assert evaluate_main([*common, "--checkpoint", first, "--seed", "11"])["tictactoe_v1"] == entry
     assert evaluate_main([*common, "--checkpoint", first, "--seed", "12"])["tictactoe_v1"] != entry
@@ -62,6 +65,7 @@ def test_games_lost_by_an_opponent_forfeit_can_be_left_out(tiny_policy):
     assert left_out.games == counted.games - counted.opponent_forfeits
     assert left_out.wins == counted.wins - counted.opponent_forfeits and left_out.losses == counted.losses
     assert left_out.opponent_forfeit_rate == counted.opponent_forfeit_rate
+    assert counted.opponent_forfeit_rate == counted.opponent_forfeits / counted.games
     assert "(left out)" in left_out.summary() and "(left out)" not in counted.summary()
 
 
@@ -87,6 +91,10 @@ def test_crossplay_over_a_league_directory_writes_ratings_and_plots(tmp_path, ca
     report = json.loads(open(out["paths"]["json"]).read())
     assert report["policies"]["random_bot"] == "bot:random" and len(report["payoff_matrix"]) == 4
     assert set(report["ratings"]["bradley_terry"]) == set(table.labels)
+    assert report["policies"]["ckpt-000020"] == "checkpoint:ckpt-000020"  # registered by its label
+    for (a, b), result in table.results.items():  # a pair's two cells: the same games, either side
+        if a != b:
+            assert result.payoff_mean == pytest.approx(-table.results[(b, a)].payoff_mean, abs=1e-12)
     assert all(lo <= v <= hi for v, (lo, hi) in zip(ratings.bradley_terry, ratings.bradley_terry_ci))
     assert "Bradley-Terry [95% CI]" in capsys.readouterr().out
 
@@ -96,4 +104,5 @@ def test_players_named_alike_get_distinct_labels():
     assert unique_label("/runs/b/checkpoints/last.ckpt", taken) == "checkpoints-last"
     taken["checkpoints-last"] = "..."
     assert unique_label("/runs/b/checkpoints/last.ckpt", taken) == "b-checkpoints-last"
+    assert unique_label("/last", {"last": ""}) == "last-2"  # no parent left to tell them apart
     assert unique_label("/runs/b/checkpoints/best.ckpt", taken) == "best"

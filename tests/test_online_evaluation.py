@@ -35,7 +35,8 @@ def test_online_games_share_the_batch_run_and_give_no_records(tiny_policy):
     learner_moves = sum(1 for r in batch.rollouts for step in r.steps if step.completion.policy == LEARNER)
     assert len(batch.rollouts) == 8 and len(batch.records) == learner_moves > 0
     assert batch.metrics["online_eval/tictactoe_v1/games"] == 6
-    assert 0 <= batch.metrics["online_eval/tictactoe_v1/win_rate"] <= 1
+    rates = [batch.metrics[f"online_eval/tictactoe_v1/{k}_rate"] for k in ("win", "draw", "loss")]
+    assert sum(rates) == pytest.approx(1.0) and all(0 <= r <= 1 for r in rates)
     assert "online_eval/tictactoe_v1/payoff_ci_low" in batch.metrics
     # the evaluation games' moves rode in the same generate calls (no call of their own)
     assert len(calls) <= max(len(plain_calls), 5) and sum(calls) > sum(plain_calls)
@@ -56,6 +57,7 @@ def test_fit_logs_online_evaluation_per_game(tmp_path):
                                    "--data.eval.online_games", "4")
     assert all(b.metrics["online_eval/tictactoe_v1/games"] == 4 for b in batches)
     assert all(len(b.rollouts) == 4 for b in batches)
-    assert "online_eval/tictactoe_v1/win_rate" in trainer.callback_metrics
+    key = "online_eval/tictactoe_v1/win_rate"
+    assert float(trainer.callback_metrics[key]) == pytest.approx(batches[-1].metrics[key])
     with pytest.raises(ValueError, match="data.eval.online_games: expected an int >= 0, got -1"):
         fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 1, "--data.eval.online_games", "-1")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sp_lightning.evaluation.crossplay import CrossPlay
+from sp_lightning.league.ratings import elo_expected
 
 ELO_SCALE = 400.0 / math.log(10.0)  # natural-log strength -> Elo points
 
@@ -112,7 +113,7 @@ def sequential_elo(n: int, order_i: np.ndarray, order_j: np.ndarray, order_s: np
     rows = np.arange(replicates)
     for g in range(order_i.shape[1]):
         i, j, s = order_i[:, g], order_j[:, g], order_s[:, g]
-        expected = 1.0 / (1.0 + 10.0 ** ((ratings[rows, j] - ratings[rows, i]) / 400.0))
+        expected = elo_expected(ratings[rows, i], ratings[rows, j])
         delta = k * (s - expected)
         ratings[rows, i] += delta
         ratings[rows, j] -= delta
@@ -127,19 +128,22 @@ def rate(table: CrossPlay, resamples: int = 200, seed: int = 0, elo_k: float = 1
         raise ValueError("rate: the cross-play table has no pair of distinct agents")
     rng = np.random.default_rng(seed)
     pairs = list(scores)
+    # who played each game: the same in every replicate (a pair keeps its number of games)
+    i = np.concatenate([np.full(len(scores[p]), p[0]) for p in pairs])
+    j = np.concatenate([np.full(len(scores[p]), p[1]) for p in pairs])
     bt_replicates = np.zeros((resamples, n))
     game_i, game_j, game_s = [], [], []
     for r in range(resamples):
         resampled = {p: scores[p][rng.integers(0, len(scores[p]), len(scores[p]))] for p in pairs}
         bt_replicates[r] = bradley_terry(n, resampled)
-        i = np.concatenate([np.full(len(s), p[0]) for p, s in resampled.items()])
-        j = np.concatenate([np.full(len(s), p[1]) for p, s in resampled.items()])
         s = np.concatenate(list(resampled.values()))
         order = rng.permutation(len(s))
         game_i.append(i[order])
         game_j.append(j[order])
         game_s.append(s[order])
     elo_replicates = sequential_elo(n, np.stack(game_i), np.stack(game_j), np.stack(game_s), k=elo_k)
+
+    elo = np.median(elo_replicates, axis=0)
 
     def interval(replicates: np.ndarray) -> list[tuple[float, float]]:
         low, high = np.percentile(replicates, [2.5, 97.5], axis=0)
@@ -149,7 +153,7 @@ def rate(table: CrossPlay, resamples: int = 200, seed: int = 0, elo_k: float = 1
         labels=list(table.labels),
         bradley_terry=[float(v) for v in bradley_terry(n, scores)],
         bradley_terry_ci=interval(bt_replicates),
-        elo=[float(v) for v in np.median(elo_replicates, axis=0) - np.median(elo_replicates, axis=0).mean()],
+        elo=[float(v) for v in elo - elo.mean()],
         elo_ci=interval(elo_replicates),
         games=int(sum(len(s) for s in scores.values())),
         resamples=resamples,

@@ -94,12 +94,13 @@ class EvalResult:
         )
 
 
-def serve_policy(worker: RolloutWorker, spec: str | PolicyRef) -> PolicyRef:
+def serve_policy(worker: RolloutWorker, spec: str | PolicyRef, name: str | None = None) -> PolicyRef:
     """``spec`` as a policy ``worker`` can serve: ``checkpoint:<adapter dir>`` is registered with
-    the worker under the directory's name (``checkpoint:<name>``); anything else is as given."""
+    the worker under ``name`` (default: the directory's name) and served as
+    ``checkpoint:<name>``; anything else is as given."""
     policy = as_policy(spec)
     if policy.kind == "checkpoint" and os.path.isdir(policy.name):
-        name = os.path.basename(os.path.normpath(policy.name))
+        name = name or os.path.basename(os.path.normpath(policy.name))
         worker.register_adapter(name, policy.name)
         return PolicyRef("checkpoint", name)
     return policy
@@ -189,11 +190,20 @@ def play_matches(worker: RolloutWorker | None, matches: list[Match], sampling: S
     from envs import make_bots
 
     arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed), remotes=remotes)
-    episodes = [e for m in matches for e in m.episodes]
-    seeds = [s for m in matches for s in m.seeds]
+    episodes, seeds = episodes_of(matches)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         rollouts = arena.play(episodes, seeds)
+    return split_by_match(matches, rollouts)
+
+
+def episodes_of(matches: list[Match]) -> tuple[list, list[int]]:
+    """Every match's episodes and seeds, one match after the other (what one arena run plays)."""
+    return [e for m in matches for e in m.episodes], [s for m in matches for s in m.seeds]
+
+
+def split_by_match(matches: list[Match], rollouts: list[Rollout]) -> list[list[Rollout]]:
+    """``rollouts`` of :func:`episodes_of` ``(matches)``, cut back into each match's own."""
     out, start = [], 0
     for m in matches:
         out.append(rollouts[start:start + len(m.episodes)])

@@ -24,7 +24,7 @@ evaluation temperature.
 
 from __future__ import annotations
 
-from sp_lightning.evaluation.matches import Match, summarize
+from sp_lightning.evaluation.matches import Match, split_by_match, summarize
 from sp_lightning.games import GameSettings
 from sp_lightning.arena import seeded_rng
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
@@ -58,11 +58,8 @@ def online_metrics(matches: list[Match], rollouts: list[Rollout]) -> dict[str, f
     """``online_eval/<game>/...`` figures of the games of ``matches`` (``rollouts`` in the order
     of their episodes)."""
     out: dict[str, float] = {}
-    start = 0
-    for match in matches:
-        games = match.games(rollouts[start:start + len(match.episodes)])
-        start += len(match.episodes)
-        result = summarize(games, str(match.hero), match.label, match.game.agents, seed=match.seed)
+    for match, played in zip(matches, split_by_match(matches, rollouts)):
+        result = summarize(match.games(played), str(match.hero), match.label, match.game.agents, seed=match.seed)
         out.update(result.as_metrics(f"online_eval/{match.game.name}"))
         out[f"online_eval/{match.game.name}/games"] = float(result.games)
     return out

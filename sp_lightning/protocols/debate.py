@@ -135,8 +135,6 @@ class Debate(EpisodeSource):
             self.topics = ArtifactStore.from_file(topics, sampling=sampling, name="data.episodes.topics")
         else:
             self.topics = ArtifactStore(topics or DEFAULT_TOPICS, sampling=sampling, name="data.episodes.topics")
-        if not len(self.topics):
-            raise ValueError("data.episodes.topics: expected at least one topic, got none")
         if rounds < 1:
             raise ValueError(f"data.episodes.rounds: expected >= 1, got {rounds}")
         self.rounds = rounds

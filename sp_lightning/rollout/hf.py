@@ -46,10 +46,10 @@ LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model c
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
 
 
-def left_pad(sequences: list[list[int]], pad_id: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)`` of ``sequences`` padded on the left to ``width`` (default:
-    the longest), so that every sequence ends at the last column, where generation continues."""
-    width = max(map(len, sequences)) if width is None else width
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask)`` of ``sequences`` padded on the left to the longest, so
+    that every sequence ends at the last column, where generation continues."""
+    width = max(map(len, sequences))
     input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
