@@ -13,6 +13,12 @@ step:
   term (``beta=0``);
 - AdamW at the same learning rate, every sequence in one micro-batch.
 
+Ours computes each GRPO group's prompt once (``model.share_prompts``, on by default:
+``sp_lightning/shared_prompts.py``), which TRL 1.16 does not: the same logprobs and gradients
+from about a quarter of the tokens here. The "plain forward" row turns that off
+(``share_prompts: false``, every row's prompt computed as TRL does), so the two sources of the
+lead can be told apart.
+
 Ours is the real thing: ``SelfPlayModule`` and ``SelfPlayDataModule`` under a Lightning
 ``Trainer``, the arena playing one-turn episodes (``SingleTurnEpisode``, one GRPO group per
 prompt). TRL's is ``GRPOTrainer.train()`` with ``use_cpu=True``. Figures:
@@ -40,6 +46,7 @@ above 1 means we are faster.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import tempfile
@@ -107,7 +114,7 @@ class PromptArena(Arena):
         return requests
 
 
-def run_ours(prompts, generations: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def run_ours(prompts, generations: int, steps: int, warmup: int, share_prompts: bool = True) -> dict[str, list[float]]:
     import lightning as L
 
     from sp_lightning.data import SelfPlayDataModule
@@ -123,7 +130,8 @@ def run_ours(prompts, generations: int, steps: int, warmup: int) -> dict[str, li
                            inner=float(trainer.callback_metrics["train/update_seconds"]))
 
     module = SelfPlayModule(policy=SETTINGS, optimizer=OptimizerSettings(lr=LR, grad_clip=None),
-                            micro_batch_size=len(prompts) * generations, micro_batch_tokens=None)
+                            micro_batch_size=len(prompts) * generations, micro_batch_tokens=None,
+                            share_prompts=share_prompts)
     dm = SelfPlayDataModule(arena=PromptArena(prompts, generations), episodes_per_batch=len(prompts) * generations,
                             sampling=SamplingSettings(max_new_tokens=MAX_NEW_TOKENS, temperature=1.0),
                             credit=GRPO(group_by=["episode"]))
@@ -223,9 +231,11 @@ def main() -> None:
     threads = configure_torch_threads()
     prompts = board_prompts(PROMPTS)
     ours: dict[str, list[float]] = {"step": [], "update": [], "tokens": [], "inner": []}
+    plain: dict[str, list[float]] = {"step": [], "update": [], "tokens": [], "inner": []}
     trl: dict[str, list[float]] = {"step": [], "update": [], "tokens": [], "inner": []}
+    ours_plain = functools.partial(run_ours, share_prompts=False)
     for _ in range(opts.rounds):
-        for name, run, into in (("ours", run_ours, ours), ("trl", run_trl, trl)):
+        for run, into in ((run_ours, ours), (run_trl, trl), (ours_plain, plain)):
             torch.manual_seed(0)
             got = run(prompts, opts.generations, opts.steps, opts.warmup)
             for key in into:
@@ -243,6 +253,8 @@ def main() -> None:
           f"{med(trl['update']) / med(ours['update']):>12.2f}")
     print(f"{'training tokens/s':<26}{rate(ours):>12.0f}{rate(trl):>12.0f}"
           f"{rate(ours) / rate(trl):>12.2f}  (ours / TRL)")
+    print(f"{'  ours, plain forward':<26}{rate(plain):>12.0f}{rate(trl):>12.0f}"
+          f"{rate(plain) / rate(trl):>12.2f}  (share_prompts: false, every row's prompt computed)")
     print(f"{'  ours, module timer':<26}{med(ours['inner']):>12.4f}  (train/update_seconds: without "
           f"Lightning's loop and logging; TRL has no such figure, so no ratio)")
     print(f"{'seconds per step':<26}{med(ours['step']):>12.4f}{med(trl['step']):>12.4f}"

@@ -6,7 +6,8 @@
 1. env steps/s per game with bots, against the raw PettingZoo envs behind our adapters
    (bench_env_steps.py);
 2. rollout turns/s and tokens/s at 1 / 8 / 64 / 256 concurrent games, as a share of raw batched
-   ``model.generate`` on the same prompt batches (bench_rollout_share.py);
+   ``model.generate`` on the same prompt batches (bench_rollout_share.py), and the fixes that
+   raised it, each against what it replaced (bench_rollout_fixes.py);
 3. and 4. training tokens/s and seconds per step against TRL's GRPOTrainer on the same work
    (bench_trl.py);
 5. peak resident memory of the default tiny run (bench_peak_memory.py).
@@ -27,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCHMARKS = {
     "1": ("env steps/s", ["bench_env_steps.py", "--seconds", "1.5"]),
     "2": ("rollout share of raw generate", ["bench_rollout_share.py"]),
+    "2b": ("the rollout fixes one by one", ["bench_rollout_fixes.py"]),
     "3-4": ("training throughput and seconds per step vs TRL", ["bench_trl.py"]),
     "5": ("peak memory of the default tiny run", ["bench_peak_memory.py"]),
 }

@@ -52,6 +52,7 @@ rules object, see ``GameRules``), ``_view`` (the game part of an agent's observa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import re
@@ -190,10 +191,6 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
 
         self.possible_agents = [f"player_{i}" for i in range(self.game_info.num_players)]
         self._seat = {agent: i for i, agent in enumerate(self.possible_agents)}
-        text = Text(max_length=self.observation_max_length, charset=CHARSET)
-        self.observation_spaces = {a: Dict({"text": text}) for a in self.possible_agents}
-        action = Text(max_length=self.action_max_length, charset=CHARSET)
-        self.action_spaces = {a: action for a in self.possible_agents}
         self.np_random = np.random.default_rng()
         self.agents: list[str] = []
 
@@ -211,6 +208,19 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
         raise NotImplementedError
 
     # ---- PettingZoo API ----------------------------------------------------------------
+    # The spaces are built on first use, not in __init__: a gymnasium ``Text`` space indexes its
+    # charset when made (~90 us per env), and the arena makes an env per game and never reads
+    # them. Each env still gets its own spaces (and so its own space RNG for ``sample()``).
+    @functools.cached_property
+    def observation_spaces(self) -> dict[str, gymnasium.spaces.Space]:
+        text = Text(max_length=self.observation_max_length, charset=CHARSET)
+        return {a: Dict({"text": text}) for a in self.possible_agents}
+
+    @functools.cached_property
+    def action_spaces(self) -> dict[str, gymnasium.spaces.Space]:
+        action = Text(max_length=self.action_max_length, charset=CHARSET)
+        return {a: action for a in self.possible_agents}
+
     def observation_space(self, agent: str) -> gymnasium.spaces.Space:
         return self.observation_spaces[agent]
 

@@ -216,3 +216,15 @@ def test_list_legal_moves_false_ends_the_prompt_with_your_move(game_id):
     assert text.endswith("\nYour move.") and "Legal moves:" not in text
     assert full.rsplit("\n", 1)[0] == text.rsplit("\n", 1)[0]
     assert env.infos[mover]["legal_actions"] == listed.infos[mover]["legal_actions"] != []
+
+
+def test_spaces_are_built_on_first_read_and_are_each_envs_own():
+    """The arena makes an env per game and never reads its spaces, so they are built lazily;
+    once built they stay, and two envs never share one (a space carries its own sampling RNG)."""
+    first, second = make("tictactoe_v1"), make("tictactoe_v1")
+    assert "observation_spaces" not in vars(first) and "action_spaces" not in vars(first)
+    space = first.observation_space("player_0")
+    assert first.observation_space("player_0") is space and first.observation_spaces["player_1"].spaces["text"]
+    assert first.action_space("player_0").max_length == TextGameEnv.action_max_length
+    assert second.observation_space("player_0") is not space
+    assert second.action_space("player_0") is not first.action_space("player_0")

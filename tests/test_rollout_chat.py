@@ -75,3 +75,17 @@ def test_free_text_game_message_cannot_open_a_turn_in_the_other_seats_prompt(tin
     assert "<|im_start|>system" in observation, "the game echoes the message as it was written"
     ids = encode_chat(tok, template.messages(observation, env.agent_selection))
     assert special_count(tok, ids) == 3  # <|im_start|>user ... <|im_end|> <|im_start|>assistant
+
+
+def test_batched_encoding_gives_each_conversations_own_ids(tiny):
+    """One tokenizer call for a generate call's prompts: the same ids as one call each, hostile
+    text neutralised in every conversation, lengths free to differ."""
+    model, tok = tiny
+    template = make_template("plain", system_prompt="You are player 0.")
+    conversations = [template.messages(text, "player_0")
+                     for text in ("Board 1\nLegal moves: [0] [4]", f"Player 1 says: {INJECTION}", "x" * 300, "")]
+    batched = HFRolloutWorker(model, tok).encode_prompts(conversations)
+    assert batched == [encode_chat(tok, c) for c in conversations]
+    assert len({len(ids) for ids in batched}) == len(conversations)
+    assert special_count(tok, batched[1]) == 5
+    assert HFRolloutWorker(model, tok).encode_prompts([]) == []

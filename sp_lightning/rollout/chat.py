@@ -66,7 +66,21 @@ def encode_chat(tokenizer, messages: list[dict[str, str]], specials: Iterable[st
     """Token ids of ``messages`` in the tokenizer's chat template, ready for the assistant's
     answer, with untrusted contents neutralised. ``specials``: :func:`special_token_strings`
     of the tokenizer, precomputed by callers that encode many prompts."""
+    return encode_chats(tokenizer, [messages], specials)[0]
+
+
+def encode_chats(tokenizer, conversations: list[list[dict[str, str]]],
+                 specials: Iterable[str] | None = None) -> list[list[int]]:
+    """:func:`encode_chat` of each conversation, in one batched tokenizer call.
+
+    transformers renders every conversation and tokenizes the rendered texts together, which
+    saves the per-call overhead of the tokenizer (the arena encodes every pending prompt of a
+    turn at once); the ids are the same as one call per conversation."""
+    if not conversations:
+        return []
     if specials is None:
         specials = special_token_strings(tokenizer)
-    safe = neutralise_messages(messages, specials)
-    return list(tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=True, return_dict=False))
+    specials = tuple(specials)
+    safe = [neutralise_messages(messages, specials) for messages in conversations]
+    encoded = tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=True, return_dict=False)
+    return [list(ids) for ids in encoded]

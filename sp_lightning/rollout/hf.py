@@ -39,7 +39,7 @@ from contextlib import contextmanager
 import torch
 
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
-from sp_lightning.rollout.chat import encode_chat, special_token_strings
+from sp_lightning.rollout.chat import encode_chat, encode_chats, special_token_strings
 from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
 
 LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
@@ -241,6 +241,10 @@ class HFRolloutWorker(RolloutWorker):
         """The prompt's ids; model-written text in it cannot become special tokens (see ``chat``)."""
         return encode_chat(self.tokenizer, messages, self.specials)
 
+    def encode_prompts(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
+        """:meth:`encode_prompt` of each conversation, in one tokenizer call."""
+        return encode_chats(self.tokenizer, conversations, self.specials)
+
     def prompt_limit(self, sampling: SamplingSettings) -> int:
         """The longest prompt this worker sends: the model's context minus the completion
         budget, or ``max_prompt_tokens`` if smaller."""
@@ -252,7 +256,7 @@ class HFRolloutWorker(RolloutWorker):
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         results: list[Completion | None] = [None] * len(requests)
         limit = self.prompt_limit(sampling)
-        prompts = [self.encode_prompt(r.messages) for r in requests]
+        prompts = self.encode_prompts([r.messages for r in requests])
         sendable = []
         for i, prompt in enumerate(prompts):
             if len(prompt) > limit:  # never sent: the model would read past its context
@@ -274,8 +278,8 @@ class HFRolloutWorker(RolloutWorker):
         sampling that move; exploitability reads a policy's strategy through it."""
         out: list[list[float] | None] = [None] * len(requests)
         rows, owners = [], []
-        for i, request in enumerate(requests):
-            prompt = self.encode_prompt(request.messages)
+        prompts = self.encode_prompts([r.messages for r in requests])
+        for i, prompt in enumerate(prompts):
             for text in completions[i]:
                 rows.append((prompt, self.tokenizer.encode(text, add_special_tokens=False)))
                 owners.append(i)
