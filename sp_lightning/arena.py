@@ -367,6 +367,7 @@ class Arena:
             side_episodes, side_seeds = episodes_of(matches)
         start = time.perf_counter()
         tokens_before = getattr(self.worker, "generated_tokens", 0)
+        loads_before = getattr(self.worker, "adapter_load_seconds", 0.0)
         played = self.play([*episodes, *side_episodes], [*seeds, *side_seeds])
         rollouts, side_rollouts = played[:len(episodes)], played[len(episodes):]
         elapsed = time.perf_counter() - start
@@ -380,6 +381,9 @@ class Arena:
         batch.metrics["rollout/seconds"] = elapsed
         batch.metrics["rollout/generate_calls"] = float(self.last_generate_calls)
         batch.metrics["rollout/retries"] = float(self.last_retries)
+        batch.metrics["rollout/policy_version"] = float(getattr(self.worker, "policy_version", 0))
+        if hasattr(self.worker, "adapter_load_seconds"):  # backends that load adapters per version
+            batch.metrics["rollout/adapter_load_seconds"] = self.worker.adapter_load_seconds - loads_before
         return batch
 
     def step(self, rng: random.Random | None = None, size: int | None = None, credit=None) -> Batch:

@@ -525,6 +525,7 @@ class SelfPlayModule(L.LightningModule):
         legal_mask[rows, columns] = True
         known = torch.zeros(len(records), dtype=torch.bool)
         known[known_rows] = True
+        known &= mb.loss_mask.cpu().sum(-1) > 0  # a row with no trained token has no move column
         device = mb.loss_mask.device
         first_position = (mb.loss_mask != 0).float().argmax(-1)  # (B,)
         return first_position, legal_mask.to(device), known.to(device)

@@ -13,7 +13,8 @@ same prompt computed eight times. Here the model runs in two passes instead:
    group, as they would through separate copies.
 
 The logits of the completion window are those of the plain forward (the test holds them within
-1e-5, and the gradients too); the prompt's last token goes with the completions because its
+1e-5 and the gradients within 1e-4 relative, with LoRA dropout 0: with dropout the prompt pass
+draws one mask per distinct prompt, not one per row); the prompt's last token goes with the completions because its
 logits predict the first completion token. The rows' suffixes are left-padded like the plain
 layout, so the (B, K) window, targets and masks line up the same way.
 
@@ -67,8 +68,8 @@ def collate_shared(records: list, pad_id: int):
     distinct: dict[tuple[int, ...], int] = {}
     row_prompt = [distinct.setdefault(tuple(r.prompt_ids), len(distinct)) for r in records]
     prompts = list(distinct)
-    if any(len(p) < 2 for p in prompts):
-        return None
+    if any(len(p) < 2 for p in prompts) or not any(r.completion_ids for r in records):
+        return None  # nothing before the last prompt token to share / no completion column to score
     prefix_width = max(len(p) - 1 for p in prompts)
     suffix_width = 1 + max(len(r.completion_ids) for r in records)
     plain = len(records) * max(len(r.prompt_ids) + len(r.completion_ids) for r in records)

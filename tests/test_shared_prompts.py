@@ -86,6 +86,8 @@ def test_sharing_is_skipped_where_it_does_not_pay_or_apply():
     assert collate_shared(one_token, pad_id=0) is None  # nothing before the last prompt token
     same = [_record(list(range(1, 30)), [8])] * 6
     assert collate_shared(same, pad_id=0) is not None
+    empty = [_record(list(range(1, 30)), [])] * 6  # answers cut before their first token
+    assert collate_shared(empty, pad_id=0) is None and collate(empty, 0, share_prompts=True).targets.shape == (6, 1)
     # a cut sequence (max_train_tokens) keeps the plain layout, which cuts it
     assert collate(same, pad_id=0, max_tokens=10, share_prompts=True).shared is None
 

@@ -8,7 +8,9 @@ from sp_lightning.rollout.base import (
     TransientRolloutError,
 )
 from sp_lightning.rollout.hf import HFRolloutWorker
+from sp_lightning.rollout.vllm import VLLMRolloutWorker  # imports vllm only when an engine starts
 
 __all__ = [
     "HFRolloutWorker", "RetrySettings", "RolloutFailed", "RolloutWorker", "SamplingSettings", "TransientRolloutError",
+    "VLLMRolloutWorker",
 ]

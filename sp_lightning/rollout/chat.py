@@ -84,3 +84,9 @@ def encode_chats(tokenizer, conversations: list[list[dict[str, str]]],
     safe = [neutralise_messages(messages, specials) for messages in conversations]
     encoded = tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=True, return_dict=False)
     return [list(ids) for ids in encoded]
+
+
+def end_of_turn_ids(tokenizer) -> list[int]:
+    """The token ids that end a completion: the tokenizer's end of turn, where it has one
+    (generation also stops at the token budget)."""
+    return [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []

