@@ -148,6 +148,8 @@ def policy_gradient_loss(
     kl_coef: float = 0.0,
     entropy: Tensor | None = None,
     entropy_coef: float = 0.0,
+    behaviour_logprobs: Tensor | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped policy-gradient loss and detached diagnostics.
 
@@ -174,6 +176,12 @@ def policy_gradient_loss(
             token (with grad), for the entropy bonus.
         entropy_coef: weight of the bonus: ``loss -= entropy_coef * aggregate(entropy)``;
             needs ``entropy`` when nonzero. Anneal it to 0 (see module.LossSettings).
+        behaviour_logprobs, tis_cap: truncated importance sampling, for samples drawn by
+            another engine than the trainer (vLLM): ``old_logprobs`` are then the TRAINER's
+            logprobs under the weights that played (the PPO ratio's denominator), and each
+            token's surrogate is weighted by ``min(exp(old - behaviour), tis_cap)`` (detached),
+            correcting for the sampler's numerical drift from the trainer without letting a
+            rare token's weight explode.
 
     Returns:
         ``(loss, stats)``. ``stats`` values are detached scalars, each a mean over this call's
@@ -205,6 +213,13 @@ def policy_gradient_loss(
     pg_loss1 = -adv * ratio  # (B, T)
     pg_loss2 = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T)
     pg_token_loss = torch.maximum(pg_loss1, pg_loss2)  # (B, T)
+    tis_weight = None
+    if behaviour_logprobs is not None:
+        if tis_cap is None or tis_cap <= 0:
+            raise ValueError(f"behaviour_logprobs need tis_cap > 0, got {tis_cap!r}")
+        drift = torch.where(keep, old_logprobs - behaviour_logprobs, zeros).detach()  # (B, T)
+        tis_weight = drift.exp().clamp(max=tis_cap)  # (B, T)
+        pg_token_loss = tis_weight * pg_token_loss
 
     def aggregate(token_loss: Tensor) -> Tensor:
         total = token_loss * mask  # (B, T)
@@ -240,4 +255,7 @@ def policy_gradient_loss(
         }
         if entropy is not None:
             stats["entropy"] = masked_mean(entropy.detach(), mask)
+        if tis_weight is not None:
+            stats["tis_weight_mean"] = masked_mean(tis_weight, mask)
+            stats["tis_truncated_fraction"] = masked_mean((drift.exp() > tis_cap).to(mask.dtype), mask)
     return loss, stats

@@ -84,6 +84,15 @@ class LossSettings:
     noisy and so is the return each earlier move is credited with."""
     magnet_floor: float = 0.0
     """The annealed magnet never goes below this."""
+    importance_sampling: str = "auto"
+    """auto | on | off. Truncated importance sampling for completions sampled by another engine
+    than the trainer (vLLM, servers): the PPO ratio is taken against the trainer's own logprobs
+    of the sampled tokens, and each token is weighted by min(exp(trainer - sampler), tis_cap).
+    "auto": on exactly when the rollout worker does not share the trainer's weights
+    (``RolloutWorker.shares_weights``). The trainer/sampler gap is logged either way
+    (``train/sampler_mismatch``)."""
+    tis_cap: float = 2.0
+    """C of the truncated importance weight min(exp(trainer - sampler), C)."""
 
     def magnet_coef_at(self, step: int) -> float:
         return linear_anneal(self.magnet_coef, self.magnet_floor, self.magnet_decay_steps, step)
@@ -92,6 +101,11 @@ class LossSettings:
         return linear_anneal(self.entropy_coef, self.entropy_floor, self.entropy_decay_steps, step)
 
     def __post_init__(self):
+        if self.importance_sampling not in ("auto", "on", "off"):
+            raise ValueError(f"loss.importance_sampling: expected 'auto', 'on' or 'off', got "
+                             f"{self.importance_sampling!r}")
+        if not self.tis_cap > 0:
+            raise ValueError(f"loss.tis_cap: expected > 0, got {self.tis_cap!r}")
         if self.entropy_over not in ("vocabulary", "legal_moves"):
             raise ValueError(f"loss.entropy_over: expected 'vocabulary' or 'legal_moves', got {self.entropy_over!r}")
         choices = ("token_mean", "sequence_mean", "constant")
@@ -232,6 +246,9 @@ class _MicroBatch:
     tensors: TrainBatch
     trained_tokens: float
     legal: tuple | None = None
+    trainer_logprobs: torch.Tensor | None = None
+    """(B, K) the trainer's logprobs under the weights that played (the first pass's, detached)."""
+    sampler_mismatch: torch.Tensor | None = None
 
     @classmethod
     def collated(cls, records: list[TrainingRecord], pad_id: int, max_tokens: int | None, device,
@@ -357,6 +374,13 @@ class SelfPlayModule(L.LightningModule):
             logits = logits / temperature
         return gather_logprobs(logits, batch.targets), logits
 
+    def _uses_importance_sampling(self) -> bool:
+        """Whether the loss corrects for a sampler that is not the trainer (loss.importance_sampling)."""
+        setting = self.loss_settings.importance_sampling
+        if setting != "auto":
+            return setting == "on"
+        return self.rollout_worker is not None and not getattr(self.rollout_worker, "shares_weights", False)
+
     def _shares_prompts(self) -> bool:
         """Whether micro-batches may compute each distinct prompt once. Not under gradient
         checkpointing: Hugging Face models keep no key/value cache there."""
@@ -432,9 +456,17 @@ class SelfPlayModule(L.LightningModule):
         s = self.loss_settings
         totals: dict[str, float] = {}
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
+        importance_sampling = self._uses_importance_sampling()
         for micro in micro_batches:
             mb = micro.tensors
             logprobs, logits = self.sequence_logprobs(mb)
+            if micro.trainer_logprobs is None:  # the first pass: still the weights that played
+                micro.trainer_logprobs = logprobs.detach()
+                micro.sampler_mismatch = masked_mean((micro.trainer_logprobs - mb.old_logprobs).abs(), mb.loss_mask)
+            if importance_sampling:
+                old, behaviour = micro.trainer_logprobs, mb.old_logprobs
+            else:
+                old, behaviour = mb.old_logprobs, None
             ref_logprobs = None
             if s.kl_coef > 0 and self.uses_adapter:
                 with torch.no_grad():
@@ -451,11 +483,13 @@ class SelfPlayModule(L.LightningModule):
             else:
                 entropy = token_entropy(entropy_logits)  # (B, K)
             loss, diag = policy_gradient_loss(
-                logprobs, mb.old_logprobs, mb.advantages, mb.loss_mask,
+                logprobs, old, mb.advantages, mb.loss_mask,
                 clip_low=s.clip_low, clip_high=s.clip_high, aggregation=s.aggregation,
                 num_tokens=num_tokens, num_sequences=num_records, max_length=s.max_length,
                 ref_logprobs=ref_logprobs, kl_coef=s.kl_coef, entropy=entropy, entropy_coef=entropy_coef,
+                behaviour_logprobs=behaviour, tis_cap=s.tis_cap if importance_sampling else None,
             )
+            diag["sampler_mismatch"] = micro.sampler_mismatch
             if s.magnet_coef:
                 magnet = legal_magnet_kl(logits, first_position, legal_mask) * known  # (B,)
                 diag["magnet_kl"] = masked_mean(magnet.detach(), known)

@@ -361,3 +361,29 @@ def test_legal_magnet_kl_is_zero_at_uniform_over_the_legal_moves_and_never_satur
     assert kl[1] > 25
     kl[1].backward()
     assert_close(uniform.grad[1, 0], t([-0.5, -0.5, 1.0, 0.0]), atol=1e-6, rtol=0)
+
+
+def test_truncated_importance_sampling_weights_each_token_by_the_capped_trainer_sampler_ratio():
+    """old = the trainer's logprobs, behaviour = the sampler's: each token's surrogate is scaled
+    by min(exp(old - behaviour), cap), detached; equal logprobs change nothing."""
+    torch.manual_seed(0)
+    logprobs = torch.randn(3, 4, requires_grad=True)
+    old = logprobs.detach() + 0.05 * torch.randn(3, 4)
+    behaviour = old - torch.tensor([[0.0, 0.1, 1.5, -0.2]]).expand(3, 4)  # token 2: exp(1.5) > cap
+    advantages = torch.tensor([1.0, -0.5, 2.0])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.float)
+    plain, _ = policy_gradient_loss(logprobs, old, advantages, mask)
+    same, _ = policy_gradient_loss(logprobs, old, advantages, mask, behaviour_logprobs=old.clone(), tis_cap=2.0)
+    torch.testing.assert_close(same, plain)
+    loss, stats = policy_gradient_loss(logprobs, old, advantages, mask, behaviour_logprobs=behaviour, tis_cap=2.0)
+    weight = torch.tensor([[1.0, math.exp(0.1), 2.0, math.exp(-0.2)]]).expand(3, 4)
+    ratio = (logprobs - old).exp()
+    surrogate = torch.maximum(-advantages[:, None] * ratio, -advantages[:, None] * ratio.clamp(0.8, 1.2))
+    expected = (weight * surrogate * mask).sum() / mask.sum()
+    torch.testing.assert_close(loss, expected)
+    assert stats["tis_truncated_fraction"].item() == pytest.approx(3 / 10)  # the masked-in token-2 cells
+    grad_tis, = torch.autograd.grad(loss, logprobs)
+    grad_expected, = torch.autograd.grad(expected, logprobs)
+    torch.testing.assert_close(grad_tis, grad_expected)  # the weight itself carries no gradient
+    with pytest.raises(ValueError, match="tis_cap > 0"):
+        policy_gradient_loss(logprobs, old, advantages, mask, behaviour_logprobs=behaviour)

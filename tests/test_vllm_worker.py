@@ -189,7 +189,7 @@ def test_lm_head_lora_and_bad_ranks_are_refused(tiny_policy, tmp_path):
 def test_fit_with_the_vllm_config_serves_a_new_learner_version_every_step(tmp_path):
     """``sp-lightning fit --config configs/tictactoe_vllm_tiny.yaml``, four steps: each batch is
     played by the version the previous optimizer step made, loaded into the engine as a new
-    adapter (its load time logged)."""
+    adapter (its load time logged), and trained with the importance correction."""
     import glob
     import subprocess
     import sys
@@ -209,6 +209,10 @@ def test_fit_with_the_vllm_config_serves_a_new_learner_version_every_step(tmp_pa
     versions = [e.value for e in events.Scalars("rollout/policy_version")]
     assert versions == [0.0, 1.0, 2.0, 3.0]
     assert all(e.value > 0 for e in events.Scalars("rollout/adapter_load_seconds"))
+    # the loss corrects for vLLM being another engine (truncated importance sampling), and the
+    # trainer/sampler gap it corrects for is logged: float32 both, so a few 1e-6
+    assert all(e.value < LOGPROB_TOLERANCE for e in events.Scalars("train/sampler_mismatch"))
+    assert all(abs(e.value - 1) < 1e-3 for e in events.Scalars("train/tis_weight_mean"))
 
 
 # ---- the remote backend against real vLLM servers on loopback ---------------------------------

@@ -51,6 +51,11 @@ class RolloutWorker(ABC):
     trains: bool = True
     """Whether its completions carry the token ids and logprobs training needs (a text-only
     backend sets False, and ``fit`` refuses it)."""
+    shares_weights: bool = False
+    """Whether it generates with the trainer's own model object (the Hugging Face backend): its
+    logprobs are then the trainer's, and the loss needs no importance correction (see
+    ``LossSettings.importance_sampling``). Another engine (vLLM, a server) computes them its
+    own way, and the loss corrects for the gap."""
 
     @abstractmethod
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:

@@ -64,6 +64,8 @@ AUTO_MERGE_MAX_PARAMS = 50_000_000
 
 
 class HFRolloutWorker(RolloutWorker):
+    shares_weights = True  # the learner's own model object: its logprobs are the trainer's
+
     def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
                  max_prompt_tokens: int | None = None, merge_learner: bool | None = None):
         """
