@@ -2,6 +2,7 @@
 failing with an error that names its URL (the vLLM servers themselves are exercised in
 tests/test_vllm_worker.py)."""
 
+import os
 import socket
 
 import pytest
@@ -50,3 +51,11 @@ def test_loading_the_learner_on_a_server_that_is_down_names_it(tiny_policy, tmp_
     with pytest.raises(TransientRolloutError, match=f"server {url}: v1/load_lora_adapter unreachable"):
         worker.generate([request], SamplingSettings(max_new_tokens=1))
     assert (tmp_path / f"learner-v0-{worker._tag}" / "adapter_config.json").is_file()  # for the server to read
+
+
+def test_close_removes_the_ram_directory_it_made(tiny_policy):
+    model, tok = tiny_policy
+    worker = ServerRolloutWorker(model, tok, base_urls=["http://127.0.0.1:9/v1"], served_model="m")
+    assert os.path.isdir(worker.root)
+    worker.close()
+    assert not os.path.exists(worker.root)

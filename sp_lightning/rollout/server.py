@@ -87,6 +87,7 @@ class ServerRolloutWorker(RolloutWorker):
         self.api_key_env, self.timeout, self.max_retries = api_key_env, timeout, max_retries
         self.max_concurrency = max_concurrency
         self.max_model_len = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self._owns_root = adapter_dir is None
         self.root = adapter_dir or tempfile.mkdtemp(prefix="sp_lightning_server_",
                                                     dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         os.makedirs(self.root, exist_ok=True)
@@ -272,6 +273,8 @@ class ServerRolloutWorker(RolloutWorker):
                     pass
         if self._learner_path:
             shutil.rmtree(self._learner_path, ignore_errors=True)
+        if self._owns_root:  # RAM-backed: leave nothing behind (the next version recreates it)
+            shutil.rmtree(self.root, ignore_errors=True)
         self._loaded_checkpoints = set()
         self._learner_name = self._learner_path = self._learner_version = None
         for client in self._clients.values():
