@@ -12,7 +12,7 @@ nothing of this script's own memory is counted. Runs side by side:
 
 Medians of ``--repeats`` runs, interleaved; the seconds per run show what the budget costs.
 
-    python benchmarks/bench_peak_memory.py               # 60 steps, 1 repeat (~3 min)
+    python benchmarks/bench_peak_memory.py               # 60 steps, 1 repeat (~2 min)
     python benchmarks/bench_peak_memory.py --repeats 3 --steps 20
 """
 

@@ -22,24 +22,18 @@ column) is the third fix and is measured there. Medians of ``--repeats``.
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
+from bench_rollout_share import CallRecordingWorker, games_for, play_games, tiny_policy
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_rollout_share import CallRecordingWorker, tiny_policy  # noqa: E402
+from envs import make
+from sp_lightning.rollout import HFRolloutWorker
+from sp_lightning.rollout.chat import encode_chat, encode_chats
 
-from envs import make, make_bots  # noqa: E402
-from sp_lightning.arena import Arena  # noqa: E402
-from sp_lightning.games import FixedMix, GameSettings  # noqa: E402
-from sp_lightning.rollout import SamplingSettings  # noqa: E402
-from sp_lightning.rollout.chat import encode_chat, encode_chats  # noqa: E402
-
-GAMES, CONCURRENCY = 128, 64
+CONCURRENCY = 64
+GAMES = games_for(CONCURRENCY)  # bench_rollout_share.py's 64-game row: the same play
 
 
 class MessageRecordingWorker(CallRecordingWorker):
@@ -72,19 +66,11 @@ def main() -> None:
     torch.manual_seed(0)
     model, tokenizer = tiny_policy()
     model.train()
-    sampling = SamplingSettings(max_new_tokens=1, temperature=1.0)
-    game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
-    worker = MessageRecordingWorker(model, tokenizer, max_batch_size=256)
-
-    def play():
-        arena = Arena(worker, sampling, bots=make_bots(0))
-        rng = random.Random(0)
-        episodes = [game.episode(FixedMix().seats(game, rng)) for _ in range(GAMES)]
-        arena.play(episodes, list(range(GAMES)), max_concurrent=CONCURRENCY)
-
-    play()  # warm-up; also records one play's calls
-    calls = list(worker.messages)
-    play_seconds = seconds(play, args.repeats)
+    recorder = MessageRecordingWorker(model, tokenizer, max_batch_size=256)
+    play_games(recorder, GAMES, CONCURRENCY, seed=0)  # the play's prompts, recorded once
+    calls = recorder.messages
+    worker = HFRolloutWorker(model, tokenizer, max_batch_size=256)  # timed without the recording
+    play_seconds = statistics.median(play_games(worker, GAMES, CONCURRENCY, seed=0) for _ in range(args.repeats))
     specials = worker.specials
 
     def per_request():

@@ -8,19 +8,22 @@ the Hugging Face backend and the tiny model of ``configs/tictactoe_league_tiny.y
   generate, logprobs, completions, scoring);
 - **raw generate** (the limit): the very prompts the arena sent, in the very batches it sent
   them (recorded by the worker during the arena's run), already tokenized and padded, through
-  ``model.generate`` alone with the same sampling settings.
+  ``model.generate`` alone with the same sampling settings. Twice: on the peft model as it
+  trains (unmerged LoRA layers: the issue's baseline), and on the worker's merged copy (the
+  model the default arena generates with).
 
-Our share is raw seconds / arena seconds (1.0: the arena adds nothing to generation). Turns/s
-counts model calls (one per learner move), tokens/s the generated tokens (one per turn here).
-Medians of ``--repeats`` runs, arena and raw interleaved, so the ratio holds on a noisy machine.
+Shares are raw seconds / arena seconds (1.0: the arena adds nothing to generation), each the
+median of the per-repeat ratios (arena and raw interleaved in each repeat, so a noisy
+neighbour hits both). Against raw unmerged generate the share includes the merge's gain (it
+can pass 1); against raw merged generate it is the arena's own overhead alone. Turns/s counts
+model calls (one per learner move), tokens/s the generated tokens (one per turn here).
 
 The arena runs twice: with the worker's defaults (``merge_learner: null``, which merges for a
 model this small: learner-only calls served by a copy with the LoRA adapter merged into the
 weights), and with ``merge_learner: false`` (every call through the unmerged peft layers, the
-default before the merge existed). Raw generate runs the peft model as it is trained
-(unmerged), so a share above 1 is the merge's gain. Raw replays the default run's batches; the
-unmerged run plays the same games on the same seeds (its moves can differ where the two paths'
-logprobs, equal within 1e-4, tip a draw).
+default before the merge existed). Raw replays the default run's batches; the unmerged run
+plays the same games on the same seeds (its moves can differ where the two paths' logprobs,
+equal within 1e-4, tip a draw).
 
     python benchmarks/bench_rollout_share.py                # 2 threads, 3 repeats
     python benchmarks/bench_rollout_share.py --concurrency 64 --repeats 5
@@ -68,6 +71,21 @@ def games_for(concurrency: int) -> int:
     return max(32, 2 * concurrency)
 
 
+SAMPLING = SamplingSettings(max_new_tokens=1, temperature=1.0)
+GAME = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
+
+
+def play_games(worker, games: int, concurrency: int, seed: int) -> float:
+    """Seconds of ``Arena.play`` of ``games`` games (learner against RandomBot, seats and bots
+    drawn from ``seed``), ``concurrency`` at once."""
+    arena = Arena(worker, SAMPLING, bots=make_bots(seed))
+    rng = random.Random(seed)
+    episodes = [GAME.episode(FixedMix().seats(GAME, rng)) for _ in range(games)]
+    start = time.perf_counter()
+    arena.play(episodes, list(range(games)), max_concurrent=concurrency)
+    return time.perf_counter() - start
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64, 256])
@@ -78,32 +96,35 @@ def main() -> None:
     torch.manual_seed(0)
     model, tokenizer = tiny_policy()
     model.train()  # as in fit: the worker switches to eval mode for its calls
-    sampling = SamplingSettings(max_new_tokens=1, temperature=1.0)
-    game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
     print(f"torch threads {args.threads}; medians of {args.repeats} repeats (arena and raw interleaved)")
-    print(f"{'games at once':>13} {'games':>6} {'calls':>6} | {'raw turns/s':>11} | {'default: turns/s':>16} "
-          f"{'share':>5} | {'unmerged: turns/s':>17} {'share':>5}")
+    print(f"{'games at once':>13} {'games':>6} {'calls':>6} | {'raw unmerged':>12} {'raw merged':>10} | "
+          f"{'default':>7} {'share':>5} {'vs merged':>9} | {'unmerged':>8} {'share':>5}   (turns/s)")
+    med = statistics.median
     for concurrency in args.concurrency:
         games = games_for(concurrency)
-        times: dict[str, list[float]] = {"unmerged": [], "default": [], "raw": []}
+        rows = []  # per repeat: turns, then seconds of default, unmerged, raw unmerged, raw merged
         for repeat in range(args.repeats):
-            for kind in ("unmerged", "default"):
-                merge = None if kind == "default" else False
-                worker = CallRecordingWorker(model, tokenizer, max_batch_size=256, merge_learner=merge)
-                arena = Arena(worker, sampling, bots=make_bots(repeat))
-                rng = random.Random(repeat)
-                episodes = [game.episode(FixedMix().seats(game, rng)) for _ in range(games)]
-                start = time.perf_counter()
-                arena.play(episodes, list(range(games)), max_concurrent=concurrency)
-                times[kind].append(time.perf_counter() - start)
-            times["raw"].append(raw_generate_seconds(model, tokenizer, worker.calls, sampling))
-        turns = sum(len(c) for c in worker.calls)  # the default run's; one token per turn: turns/s == tokens/s
-        raw, default, unmerged = (statistics.median(times[k]) for k in ("raw", "default", "unmerged"))
-        print(f"{concurrency:>13} {games:>6} {len(worker.calls):>6} | {turns / raw:>11.0f} | {turns / default:>16.0f} "
-              f"{raw / default:>5.2f} | {turns / unmerged:>17.0f} {raw / unmerged:>5.2f}")
+            unmerged = play_games(CallRecordingWorker(model, tokenizer, max_batch_size=256, merge_learner=False),
+                                  games, concurrency, repeat)
+            worker = CallRecordingWorker(model, tokenizer, max_batch_size=256)
+            default = play_games(worker, games, concurrency, repeat)
+            raw = raw_generate_seconds(model, tokenizer, worker.calls)
+            raw_merged = raw_generate_seconds(worker._merged_learner(), tokenizer, worker.calls)
+            turns = sum(len(c) for c in worker.calls)  # one token per turn: turns/s == tokens/s
+            rows.append((turns, default, unmerged, raw, raw_merged, len(worker.calls)))
+
+        def rate(k: int) -> float:
+            return med(r[0] / r[k] for r in rows)
+
+        def share(raw_k: int, arena_k: int) -> float:
+            return med(r[raw_k] / r[arena_k] for r in rows)
+
+        print(f"{concurrency:>13} {games:>6} {rows[-1][5]:>6} | {rate(3):>12.0f} {rate(4):>10.0f} | "
+              f"{rate(1):>7.0f} {share(3, 1):>5.2f} {share(4, 1):>9.2f} | {rate(2):>8.0f} {share(3, 2):>5.2f}")
 
 
-def raw_generate_seconds(model, tokenizer, calls: list[list[list[int]]], sampling: SamplingSettings) -> float:
+def raw_generate_seconds(model, tokenizer, calls: list[list[list[int]]],
+                         sampling: SamplingSettings = SAMPLING) -> float:
     """Seconds of ``model.generate`` alone over ``calls`` (tensors built before the clock starts)."""
     tensors = [left_pad(prompts, tokenizer.pad_token_id) for prompts in calls]
     was_training = model.training

@@ -27,15 +27,18 @@ prompt). TRL's is ``GRPOTrainer.train()`` with ``use_cpu=True``. Figures:
   completion tokens per step / update seconds), measured the same way on both sides: the
   step's wall time minus the time spent producing the batch (ours: the arena's
   ``rollout/seconds``; TRL: its ``_generate_and_score_completions``). Each side's own overhead
-  (Lightning's loop and logging, the Hugging Face Trainer's) counts. A second row gives ours
+  (Lightning's loop and logging, the Hugging Face Trainer's) counts. The cut is not quite the
+  same place: TRL's reward and advantages fall inside its generation figure, while our credit
+  and batch building come after ``rollout/seconds`` stops and so count as update (against us).
+  A third row gives ours
   without Lightning's share: the module's own ``train/update_seconds`` (collate, forward,
   backward, optimizer step), for where the time goes, with no ratio (TRL's loop stays in its
   figure);
 - **step** (benchmark 4): seconds per optimizer step, generation included: wall time between
   consecutive step ends, on both sides.
 
-Medians over the measured steps, after ``--warmup`` steps. The trainers run in alternating
-rounds (ours, TRL, ours, TRL) so that a noisy neighbour hits both. Ratios are TRL / ours:
+Medians over the measured steps, after ``--warmup`` steps. The three runs alternate in rounds
+(ours, TRL, ours with the plain forward; again) so that a noisy neighbour hits all three. Ratios are TRL / ours:
 above 1 means we are faster.
 
     pip install -e ".[bench]"   # trl==1.16.0

@@ -10,7 +10,7 @@ observations in the chat template, sampled at temperature 1 for ``--new_tokens``
   tokenized, with the same adapter and sampling parameters.
 
 Our overhead is vllm seconds / raw seconds - 1 (goal: at most 10%). Medians of ``--repeats``,
-the three interleaved. Run it in the vLLM environment (README, "vLLM"); on this 2-core CPU vLLM's
+the three interleaved. Run it in the vLLM environment (README, "vLLM rollouts"); on this 2-core CPU vLLM's
 engine works on one core, so the HF row is the faster here: vLLM is the backend for GPUs.
 
     . .venv-vllm/bin/activate && python benchmarks/bench_vllm.py        # ~2 min
@@ -23,22 +23,7 @@ import statistics
 import time
 
 import torch
-
-
-def observations(count: int) -> list[str]:
-    from envs import RandomBot, make
-
-    texts, seed = [], 0
-    while len(texts) < count:
-        env = make("tictactoe_v1")
-        env.reset(seed=seed)
-        bot = RandomBot(seed=seed)
-        for _ in range(seed % 5):
-            env.step(bot.act("", env.infos[env.agent_selection]["legal_actions"]))
-        if env.agents:
-            texts.append(env.observe(env.agent_selection)["text"])
-        seed += 1
-    return texts
+from bench_trl import board_prompts  # the same Tic-Tac-Toe prompts as the TRL benchmark
 
 
 def main() -> None:
@@ -66,7 +51,7 @@ def main() -> None:
     model.eval()
     template = make_template("plain")
     requests = [ModelRequest("player", template.messages(text, "player_0"), LEARNER)
-                for text in observations(args.prompts)]
+                for text, _ in board_prompts(args.prompts)]
     hf = HFRolloutWorker(model, tokenizer, max_batch_size=256)
     vllm = VLLMRolloutWorker(model, tokenizer, max_loras=2, dtype="float32", enforce_eager=True, max_model_len=1024,
                              engine_kwargs={"kv_cache_memory_bytes": 1 << 30})

@@ -43,7 +43,11 @@ def main() -> None:
         title, args = BENCHMARKS[key]
         print(f"\n=== benchmark {key}: {title}   (python benchmarks/{' '.join(args)})", flush=True)
         start = time.perf_counter()
-        done = subprocess.run([sys.executable, os.path.join(HERE, args[0]), *args[1:]], stderr=subprocess.DEVNULL)
+        # stderr (warnings, progress bars) is kept back, and shown only when a benchmark fails
+        done = subprocess.run([sys.executable, os.path.join(HERE, args[0]), *args[1:]], stderr=subprocess.PIPE,
+                              text=True)
+        if done.returncode:
+            print(done.stderr[-3000:], flush=True)
         print(f"--- benchmark {key}: {time.perf_counter() - start:.0f} s"
               + ("" if done.returncode == 0 else f", FAILED (exit {done.returncode})"), flush=True)
     print(f"\nsuite: {time.perf_counter() - total:.0f} s", flush=True)

@@ -35,8 +35,11 @@ step 200 (win / block) and greedy win rate against RandomBot over the same 2000 
     the same, --hidden 256 (8 heads)                                0.783 / 0.804   0.713   300 s
     the same, --layers 4                                            0.805 / 0.841   0.776   263 s
 
-The one-token cells make a step 30% cheaper and teach nothing faster; a higher rate or every
-weight training is worse; depth learns more per label at twice the cost per label. Even with
+One training seed each, so read these as indications. The second row changes two things at
+once (one-token cells and no legal-move list; README, bench_prompt_length.py: the list alone is
+x0.78 of the prompt), so its 30% cheaper step is theirs together, and it teaches nothing
+faster; a higher rate or every weight training did worse; depth learned more per label at
+about twice the cost per label in this seed. Even with
 perfect labels, 51k of them reach 0.70-0.78: the RL recipes see ~170k moves in a 600-step run,
 each with a far weaker signal than a label.
 """

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from sp_lightning.credit import step_return, trainable_steps
 from sp_lightning.episodes import Episode
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
-from sp_lightning.sources import EpisodeRequest, EpisodeSource
+from sp_lightning.sources import NOTHING_TO_PLAY, EpisodeRequest, EpisodeSource
 from sp_lightning.stores import ArtifactStore
 from sp_lightning.types import Completion, ModelRequest, Role, Rollout, TrainingRecord
 
@@ -295,8 +295,7 @@ class Arena:
             return [EpisodeRequest(self.episodes[n][0], rng.randrange(2**31)) for n in picked]
         if self.source is not None:
             return self.source.get_batch(rng, size)
-        raise ValueError("arena.get_batch: no episode is registered (add_episode) and no source is set "
-                         "(data.games or data.episodes); override get_batch or register one")
+        raise ValueError(NOTHING_TO_PLAY)
 
     def observe(self, rollouts: list[Rollout]) -> None:
         """A batch's finished rollouts (scored, credited): the source's (curricula, the league's

@@ -183,6 +183,7 @@ def evaluate_main(args: list[str]) -> dict:
     worker = dm.rollout_factory(module.model, module.tokenizer)
     opponent = serve_policy(worker, ours.opponent or dm.eval.opponent)  # an adapter directory: by its name
     reports, rows = {}, []
+    sampling, env_overrides = dm.eval_sampling(), dm.eval_env_overrides()
     for checkpoint in ours.checkpoint:
         if checkpoint:
             load_checkpoint(module, checkpoint)
@@ -190,7 +191,7 @@ def evaluate_main(args: list[str]) -> dict:
         report = reports[label] = {}
         for game in dm.games:
             result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
-                              sampling=dm.eval_sampling(), seed=ours.seed, env_overrides=dm.eval_env_overrides(),
+                              sampling=sampling, seed=ours.seed, env_overrides=env_overrides,
                               remotes=dm.remote_models, exclude_opponent_forfeits=ours.exclude_opponent_forfeits)
             entry = {**result.as_metrics(game.name), "games": result.games}
             print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
@@ -219,9 +220,8 @@ def results_table(rows: list, caption: str) -> str:
     header = ["policy", "game", "games", "win [95% CI]", "draw", "loss", "payoff [95% CI]", "legal", "opp. forfeits"]
     lines = [header]
     for label, game, r in rows:
-        n = max(r.games, 1)
         lines.append([label, game, str(r.games), f"{r.win_rate:.3f} [{r.win_ci[0]:.3f}, {r.win_ci[1]:.3f}]",
-                      f"{r.draws / n:.3f}", f"{r.losses / n:.3f}",
+                      f"{r.draw_rate:.3f}", f"{r.loss_rate:.3f}",
                       f"{r.payoff_mean:+.3f} [{r.payoff_ci[0]:+.3f}, {r.payoff_ci[1]:+.3f}]",
                       f"{r.legal_move_rate:.3f}", f"{r.opponent_forfeit_rate:.3f}"])
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

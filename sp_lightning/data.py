@@ -202,7 +202,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         arena.bots = {**make_bots(self.seed), **self.source.bots(self.seed), **arena.bots}
         arena.remotes = {**self.remote_models, **arena.remotes}
         arena.credit, arena.episodes_per_batch, arena.seed = self.credit, self.episodes_per_batch, self.seed
-        if arena.source is None and not isinstance(self.source, NoEpisodes):  # the arena then says why
+        if arena.source is None:
             arena.source = self.source
         if self.eval.online_games and arena.online_evaluation is None:
             from sp_lightning.evaluation.online import OnlineEvaluation
@@ -238,10 +238,6 @@ class SelfPlayDataModule(L.LightningDataModule):
         """Training batches played so far: the arena's own count (``step`` advances it)."""
         return self.arena.steps_done
 
-    @batches_played.setter
-    def batches_played(self, value: int) -> None:
-        self.arena.steps_done = value
-
     def train_dataloader(self):
         return DataLoader(_RolloutStream(self), batch_size=None, collate_fn=_identity)
 
@@ -260,7 +256,6 @@ class SelfPlayDataModule(L.LightningDataModule):
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.batches_played = state.get("batches_played", 0)
         if "credit" in state and hasattr(self.credit, "load_state_dict"):
             self.credit.load_state_dict(state["credit"])
         if "opponents" in state:

@@ -559,10 +559,10 @@ class SelfPlayModule(L.LightningModule):
         legal_mask[rows, columns] = True
         known = torch.zeros(len(records), dtype=torch.bool)
         known[known_rows] = True
-        known &= mb.loss_mask.cpu().sum(-1) > 0  # a row with no trained token has no move column
         device = mb.loss_mask.device
+        trained = mb.loss_mask.sum(-1) > 0  # a row with no trained token has no move column
         first_position = (mb.loss_mask != 0).float().argmax(-1)  # (B,)
-        return first_position, legal_mask.to(device), known.to(device)
+        return first_position, legal_mask.to(device), known.to(device) & trained
 
     def _legal_token_ids(self, actions: list[str] | None) -> list[int] | None:
         """The token of each legal move, or None unless every move is one token and they differ

@@ -50,10 +50,17 @@ class EpisodeSource:
         pass
 
 
+NOTHING_TO_PLAY = ("arena.get_batch: no episode is registered (add_episode) and no source is set "
+                   "(data.games or data.episodes); override get_batch or register one")
+
+
 class NoEpisodes(EpisodeSource):
     """The source of a run with neither games nor ``data.episodes``: its arena must say what a
-    batch plays (registered episodes or its own ``get_batch``). The DataModule does not hand
-    it to the arena, so an arena with neither raises its own "nothing registered" error."""
+    batch plays (registered episodes or its own ``get_batch``); one that does not gets the
+    arena's own "nothing registered" error from here."""
+
+    def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
+        raise ValueError(NOTHING_TO_PLAY)
 
 
 class GameMix(EpisodeSource):

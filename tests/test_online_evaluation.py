@@ -38,7 +38,9 @@ def test_online_games_share_the_batch_run_and_give_no_records(tiny_policy):
     rates = [batch.metrics[f"online_eval/tictactoe_v1/{k}_rate"] for k in ("win", "draw", "loss")]
     assert sum(rates) == pytest.approx(1.0) and all(0 <= r <= 1 for r in rates)
     assert "online_eval/tictactoe_v1/payoff_ci_low" in batch.metrics
-    # the evaluation games' moves rode in the same generate calls (no call of their own)
+    # the evaluation games' moves rode in the same generate calls (no call of their own): a
+    # Tic-Tac-Toe game holds at most 5 learner moves, so calls of their own would exceed 5 when
+    # the training games end sooner (their moves may differ from the plain run's, see above)
     assert len(calls) <= max(len(plain_calls), 5) and sum(calls) > sum(plain_calls)
 
 

@@ -77,7 +77,7 @@ def pair_scores(table: CrossPlay) -> dict[tuple[int, int], np.ndarray]:
         if i < j:
             mine = np.asarray(result.payoffs, dtype=np.float64)
             theirs = np.asarray(table.results[(b, a)].payoffs, dtype=np.float64)
-            out[(i, j)] = np.where(mine > theirs, 1.0, np.where(mine < theirs, 0.0, 0.5))
+            out[(i, j)] = 0.5 + 0.5 * np.sign(mine - theirs)  # 1 won, 0.5 drawn, 0 lost
     return out
 
 
@@ -155,7 +155,7 @@ def rate(table: CrossPlay, resamples: int = 200, seed: int = 0, elo_k: float = 1
         bradley_terry_ci=interval(bt_replicates),
         elo=[float(v) for v in elo - elo.mean()],
         elo_ci=interval(elo_replicates),
-        games=int(sum(len(s) for s in scores.values())),
+        games=len(i),  # every game of every pair, once
         resamples=resamples,
         seed=seed,
     )

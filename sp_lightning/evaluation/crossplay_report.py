@@ -23,32 +23,30 @@ def _figure_class():
     return Figure
 
 
-def heatmap_figure(table: CrossPlay, metric: str = "payoff_mean", title: str = ""):
-    """The row agent's mean payoff (or ``metric``) against each column agent, annotated."""
+def heatmap_figure(table: CrossPlay):
+    """The row agent's mean payoff against each column agent, annotated."""
     Figure = _figure_class()
-    values = table.matrix(metric)
+    values = table.matrix("payoff_mean")
     n = len(table.labels)
     size = max(4.0, 0.55 * n + 2.0)
     fig = Figure(figsize=(size + 1.0, size))
     ax = fig.add_subplot()
-    bound = max(1e-9, max(abs(v) for row in values for v in row)) if metric == "payoff_mean" else None
-    image = ax.imshow(values, cmap="RdBu" if bound else "viridis", vmin=-bound if bound else None,
-                      vmax=bound)
+    bound = max(1e-9, max(abs(v) for row in values for v in row))  # a colour scale centred on 0
+    image = ax.imshow(values, cmap="RdBu", vmin=-bound, vmax=bound)
     ax.set_xticks(range(n), table.labels, rotation=60, ha="right", fontsize=8)
     ax.set_yticks(range(n), table.labels, fontsize=8)
     ax.set_xlabel("column: opponent")
     ax.set_ylabel("row: agent")
     for r, row in enumerate(values):
         for c, v in enumerate(row):
-            ax.text(c, r, f"{v:+.2f}" if bound else f"{v:.2f}", ha="center", va="center", fontsize=6)
-    fig.colorbar(image, ax=ax, label=metric)
-    ax.set_title(title or f"cross-play: row's {metric} (widest 95% CI ±{table.interval_halfwidth():.2f})",
-                 fontsize=9)
+            ax.text(c, r, f"{v:+.2f}", ha="center", va="center", fontsize=6)
+    fig.colorbar(image, ax=ax, label="payoff_mean")
+    ax.set_title(f"cross-play: row's payoff_mean (widest 95% CI ±{table.interval_halfwidth():.2f})", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def ratings_figure(ratings: CrossPlayRatings, title: str = ""):
+def ratings_figure(ratings: CrossPlayRatings):
     """Bradley-Terry and Elo of each agent (strongest first) with 95% bootstrap intervals."""
     Figure = _figure_class()
     order = sorted(range(len(ratings.labels)), key=lambda i: ratings.bradley_terry[i])
@@ -68,16 +66,14 @@ def ratings_figure(ratings: CrossPlayRatings, title: str = ""):
     ax.axvline(0.0, color="black", linewidth=0.6)
     ax.set_xlabel("rating (Elo scale, mean 0), 95% bootstrap interval")
     ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(title or f"cross-play ratings: {ratings.games} games, {ratings.resamples} bootstrap resamples",
-                 fontsize=9)
+    ax.set_title(f"cross-play ratings: {ratings.games} games, {ratings.resamples} bootstrap resamples", fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def write_report(table: CrossPlay, ratings: CrossPlayRatings, out_dir: str, meta: dict | None = None,
-                 tensorboard: bool = True) -> dict[str, str]:
-    """``crossplay.json``, ``crossplay_heatmap.png``, ``crossplay_ratings.png`` and (with
-    ``tensorboard``) an event file under ``out_dir/tb``; returns the paths written."""
+def write_report(table: CrossPlay, ratings: CrossPlayRatings, out_dir: str, meta: dict | None = None) -> dict[str, str]:
+    """``crossplay.json``, ``crossplay_heatmap.png``, ``crossplay_ratings.png`` and an event file
+    under ``out_dir/tb``; returns the paths written."""
     os.makedirs(out_dir, exist_ok=True)
     paths = {"json": os.path.join(out_dir, "crossplay.json")}
     report = {
@@ -95,16 +91,15 @@ def write_report(table: CrossPlay, ratings: CrossPlayRatings, out_dir: str, meta
     paths["ratings"] = os.path.join(out_dir, "crossplay_ratings.png")
     heatmap.savefig(paths["heatmap"], dpi=120)
     bars.savefig(paths["ratings"], dpi=120)
-    if tensorboard:
-        from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter
 
-        paths["tensorboard"] = os.path.join(out_dir, "tb")
-        with SummaryWriter(paths["tensorboard"]) as writer:
-            writer.add_figure("crossplay/payoff_heatmap", heatmap, close=False)
-            writer.add_figure("crossplay/ratings", bars, close=False)
-            for label, bt, elo in zip(ratings.labels, ratings.bradley_terry, ratings.elo):
-                writer.add_scalar(f"crossplay/bradley_terry/{label}", bt, 0)
-                writer.add_scalar(f"crossplay/elo/{label}", elo, 0)
-            writer.add_text("crossplay/ratings", "```\n" + ratings.table() + "\n```", 0)
-            writer.add_text("crossplay/payoff_matrix", "```\n" + table.table() + "\n```", 0)
+    paths["tensorboard"] = os.path.join(out_dir, "tb")
+    with SummaryWriter(paths["tensorboard"]) as writer:
+        writer.add_figure("crossplay/payoff_heatmap", heatmap, close=False)
+        writer.add_figure("crossplay/ratings", bars, close=False)
+        for label, bt, elo in zip(ratings.labels, ratings.bradley_terry, ratings.elo):
+            writer.add_scalar(f"crossplay/bradley_terry/{label}", bt, 0)
+            writer.add_scalar(f"crossplay/elo/{label}", elo, 0)
+        writer.add_text("crossplay/ratings", "```\n" + ratings.table() + "\n```", 0)
+        writer.add_text("crossplay/payoff_matrix", "```\n" + table.table() + "\n```", 0)
     return paths

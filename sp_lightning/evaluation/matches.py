@@ -55,6 +55,14 @@ class EvalResult:
         return self.wins / max(self.games, 1)
 
     @property
+    def draw_rate(self) -> float:
+        return self.draws / max(self.games, 1)
+
+    @property
+    def loss_rate(self) -> float:
+        return self.losses / max(self.games, 1)
+
+    @property
     def win_ci(self) -> tuple[float, float]:
         return wilson_interval(self.wins, self.games)
 
@@ -65,13 +73,12 @@ class EvalResult:
         return self.opponent_forfeits / max(played, 1)
 
     def as_metrics(self, prefix: str) -> dict[str, float]:
-        n = max(self.games, 1)
         out = {
             f"{prefix}/win_rate": self.win_rate,
             f"{prefix}/win_rate_ci_low": self.win_ci[0],
             f"{prefix}/win_rate_ci_high": self.win_ci[1],
-            f"{prefix}/draw_rate": self.draws / n,
-            f"{prefix}/loss_rate": self.losses / n,
+            f"{prefix}/draw_rate": self.draw_rate,
+            f"{prefix}/loss_rate": self.loss_rate,
             f"{prefix}/payoff": self.payoff_mean,
             f"{prefix}/payoff_ci_low": self.payoff_ci[0],
             f"{prefix}/payoff_ci_high": self.payoff_ci[1],
@@ -84,11 +91,10 @@ class EvalResult:
     def summary(self) -> str:
         lo, hi = self.win_ci
         plo, phi = self.payoff_ci
-        n = max(self.games, 1)
         left_out = " (left out)" if self.excludes_opponent_forfeits else ""
         return (
             f"{self.games} games: win {self.win_rate:.3f} [{lo:.3f}, {hi:.3f}], "
-            f"draw {self.draws / n:.3f}, loss {self.losses / n:.3f}, "
+            f"draw {self.draw_rate:.3f}, loss {self.loss_rate:.3f}, "
             f"payoff {self.payoff_mean:+.3f} [{plo:+.3f}, {phi:+.3f}], legal moves {self.legal_move_rate:.3f}, "
             f"opponent forfeits {self.opponent_forfeit_rate:.3f}{left_out}"
         )

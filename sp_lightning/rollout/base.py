@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sp_lightning.types import Completion, ModelRequest
+from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,45 @@ class RolloutWorker(ABC):
     def sync_weights(self, version: int) -> None:
         """Make the learner's latest weights the ones used for generation."""
         self.policy_version = version
+
+
+# ---- plumbing every backend shares ------------------------------------------------------------
+
+def refuse_too_long(requests: list[ModelRequest], prompts: list[list[int]],
+                    limit: int) -> tuple[list[Completion | None], list[int]]:
+    """``(results, sendable)``: a refused Completion (``PROMPT_TOO_LONG``, never sent: the model
+    would read past its context) in place of each prompt longer than ``limit``, None for the
+    others, and the indices of the others, which the backend fills in."""
+    results: list[Completion | None] = [None] * len(requests)
+    sendable = []
+    for i, prompt in enumerate(prompts):
+        if len(prompt) > limit:
+            results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
+        else:
+            sendable.append(i)
+    return results, sendable
+
+
+def check_adapter_dir(name: str, path: str) -> None:
+    """``register_adapter``'s check: ``path`` must be a peft adapter directory."""
+    if not os.path.isfile(os.path.join(path, "adapter_config.json")):
+        raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
+                         f"(no adapter_config.json)")
+
+
+def registered_path(adapter_paths: dict[str, str], name: str) -> str:
+    """The adapter directory registered as ``checkpoint:<name>``, or an error listing the known ids."""
+    if name not in adapter_paths:
+        raise ValueError(f"policy checkpoint:{name}: no adapter registered under that id "
+                         f"(known: {sorted(adapter_paths) or 'none'})")
+    return adapter_paths[name]
+
+
+def ram_temp_dir(prefix: str) -> str:
+    """A new directory for files rewritten every optimizer step (learner adapter versions): in
+    ``/dev/shm`` (RAM-backed) where the machine has one, else in the system temp dir."""
+    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    return tempfile.mkdtemp(prefix=prefix, dir=ram)
 
 
 class TransientRolloutError(RuntimeError):

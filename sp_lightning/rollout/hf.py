@@ -32,15 +32,16 @@ model. It doubles the model's memory: it is on by default for small models (at m
 from __future__ import annotations
 
 import copy
-import os
 from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
 
 import torch
 
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.base import (
+    RolloutWorker, SamplingSettings, check_adapter_dir, refuse_too_long, registered_path,
+)
 from sp_lightning.rollout.chat import encode_chat, encode_chats, special_token_strings
-from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
+from sp_lightning.types import Completion, ModelRequest, PolicyRef
 
 LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
@@ -107,9 +108,7 @@ class HFRolloutWorker(RolloutWorker):
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
-        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
-                             f"(no adapter_config.json)")
+        check_adapter_dir(name, path)
         if self.adapter_paths.get(name) not in (None, path) and name in self.loaded:
             self._unload(name)  # a new path under an old name: never serve stale weights
         self.adapter_paths[name] = path
@@ -127,15 +126,13 @@ class HFRolloutWorker(RolloutWorker):
         if name in self.loaded:
             self.loaded.move_to_end(name)
             return
-        if name not in self.adapter_paths:
-            known = sorted(self.adapter_paths) or "none"
-            raise ValueError(f"policy checkpoint:{name}: no adapter registered under that id (known: {known})")
+        path = registered_path(self.adapter_paths, name)
         if not hasattr(self.model, "load_adapter"):
             raise ValueError(f"policy checkpoint:{name}: the model has no peft adapter to load it beside "
                              f"(policy.lora is null); checkpoints need a LoRA policy")
         while len(self.loaded) >= self.max_adapters:
             self._unload(next(iter(self.loaded)))
-        self.model.load_adapter(self.adapter_paths[name], adapter_name=_peft_name(name))
+        self.model.load_adapter(path, adapter_name=_peft_name(name))
         self.model.base_model.set_adapter(LEARNER_ADAPTER)  # loading must not change what trains
         self.loaded[name] = None
         self.adapter_loads += 1
@@ -256,15 +253,8 @@ class HFRolloutWorker(RolloutWorker):
         return limit if self.max_prompt_tokens is None else min(limit, self.max_prompt_tokens)
 
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
-        results: list[Completion | None] = [None] * len(requests)
-        limit = self.prompt_limit(sampling)
         prompts = self.encode_prompts([r.messages for r in requests])
-        sendable = []
-        for i, prompt in enumerate(prompts):
-            if len(prompt) > limit:  # never sent: the model would read past its context
-                results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
-            else:
-                sendable.append(i)
+        results, sendable = refuse_too_long(requests, prompts, self.prompt_limit(sampling))
         for call in self._calls([requests[i].policy for i in sendable]):
             rows = [sendable[j] for j in call]
             completions = self._generate_ids([prompts[i] for i in rows], [requests[i].policy for i in rows], sampling)

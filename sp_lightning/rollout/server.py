@@ -38,16 +38,18 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings, TransientRolloutError
+from sp_lightning.rollout.base import (
+    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, ram_temp_dir, refuse_too_long,
+    registered_path,
+)
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
-from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
+from sp_lightning.types import Completion, ModelRequest, PolicyRef
 
 
 class ServerError(RuntimeError):
@@ -88,8 +90,7 @@ class ServerRolloutWorker(RolloutWorker):
         self.max_concurrency = max_concurrency
         self.max_model_len = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
         self._owns_root = adapter_dir is None
-        self.root = adapter_dir or tempfile.mkdtemp(prefix="sp_lightning_server_",
-                                                    dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.root = adapter_dir or ram_temp_dir("sp_lightning_server_")
         os.makedirs(self.root, exist_ok=True)
         self.policy_version = 0
         self.generated_tokens = 0
@@ -140,8 +141,7 @@ class ServerRolloutWorker(RolloutWorker):
         self.policy_version = version
 
     def register_adapter(self, name: str, path: str) -> None:
-        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r}")
+        check_adapter_dir(name, path)
         if self.adapter_paths.get(name) not in (None, path):
             self.forget_adapter(name)
         self.adapter_paths[name] = path
@@ -180,28 +180,20 @@ class ServerRolloutWorker(RolloutWorker):
                     shutil.rmtree(previous[1], ignore_errors=True)
             return self._learner_name  # type: ignore[return-value]
         if policy.kind == "checkpoint":
-            if policy.name not in self.adapter_paths:
-                raise ValueError(f"policy checkpoint:{policy.name}: no adapter registered under that id "
-                                 f"(known: {sorted(self.adapter_paths) or 'none'})")
+            path = registered_path(self.adapter_paths, policy.name)
             if policy.name not in self._loaded_checkpoints:
-                self._load_everywhere(self._checkpoint_name(policy.name), self.adapter_paths[policy.name])
+                self._load_everywhere(self._checkpoint_name(policy.name), path)
                 self._loaded_checkpoints.add(policy.name)
             return self._checkpoint_name(policy.name)
         raise ValueError(f"ServerRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
 
     # ---- generation --------------------------------------------------------------------------
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
-        results: list[Completion | None] = [None] * len(requests)
         prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
         limit = (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
-        names = {p: self._served_name(p) for p in dict.fromkeys(r.policy for r in requests)}
-        jobs = []
-        for i, prompt in enumerate(prompts):
-            if len(prompt) > limit:
-                results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
-            else:
-                url = self.base_urls[next(self._next_server) % len(self.base_urls)]
-                jobs.append((i, url))
+        results, sendable = refuse_too_long(requests, prompts, limit)
+        names = {p: self._served_name(p) for p in dict.fromkeys(requests[i].policy for i in sendable)}
+        jobs = [(i, self.base_urls[next(self._next_server) % len(self.base_urls)]) for i in sendable]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency * len(self.base_urls),
                                             thread_name_prefix="server-rollout")

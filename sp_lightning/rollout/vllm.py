@@ -45,12 +45,13 @@ import copy
 import logging
 import os
 import shutil
-import tempfile
 import time
 
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.rollout.base import (
+    RolloutWorker, SamplingSettings, check_adapter_dir, ram_temp_dir, refuse_too_long, registered_path,
+)
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
-from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
+from sp_lightning.types import Completion, ModelRequest, PolicyRef
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ class VLLMRolloutWorker(RolloutWorker):
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._owns_root = adapter_dir is None
         self._base_written = False
-        self.root = adapter_dir or tempfile.mkdtemp(prefix="sp_lightning_vllm_", dir=_ram_dir())
+        self.root = adapter_dir or ram_temp_dir("sp_lightning_vllm_")
         context = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
         self.max_model_len = context
         self.engine_args = dict(
@@ -219,9 +220,7 @@ class VLLMRolloutWorker(RolloutWorker):
 
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
-        if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
-                             f"(no adapter_config.json)")
+        check_adapter_dir(name, path)
         _check_servable(_read_adapter_config(path), f"checkpoint {name!r} ({path})", self.max_lora_rank)
         if self.adapter_paths.get(name) not in (None, path):
             self.forget_adapter(name)  # a new path under an old name: a new LoRA, never stale weights
@@ -273,11 +272,8 @@ class VLLMRolloutWorker(RolloutWorker):
             return None
         if policy.kind == "checkpoint":
             if policy.name not in self._checkpoints:
-                if policy.name not in self.adapter_paths:
-                    known = sorted(self.adapter_paths) or "none"
-                    raise ValueError(f"policy checkpoint:{policy.name}: no adapter registered under that id "
-                                     f"(known: {known})")
-                self._checkpoints[policy.name] = self._load(f"ckpt-{policy.name}", self.adapter_paths[policy.name])
+                path = registered_path(self.adapter_paths, policy.name)
+                self._checkpoints[policy.name] = self._load(f"ckpt-{policy.name}", path)
             return self._checkpoints[policy.name]
         raise ValueError(f"VLLMRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
 
@@ -303,15 +299,8 @@ class VLLMRolloutWorker(RolloutWorker):
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         from vllm.inputs import TokensPrompt
 
-        results: list[Completion | None] = [None] * len(requests)
         prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
-        limit = self.prompt_limit(sampling)
-        sendable = []
-        for i, prompt in enumerate(prompts):
-            if len(prompt) > limit:
-                results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
-            else:
-                sendable.append(i)
+        results, sendable = refuse_too_long(requests, prompts, self.prompt_limit(sampling))
         if sendable:
             loras = {policy: self._request_of(policy) for policy in dict.fromkeys(requests[i].policy for i in sendable)}
             outputs = self._engine().generate(
@@ -360,11 +349,6 @@ class VLLMRolloutWorker(RolloutWorker):
             steps = output.prompt_logprobs[len(prompt):]  # one dict per completion token
             out[owner].append(sum(float(step[token].logprob) for step, token in zip(steps, completion)))
         return out
-
-
-def _ram_dir() -> str | None:
-    """A RAM-backed directory for adapter versions where the machine has one (written every step)."""
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _learner_lora_config(model):
