@@ -1,7 +1,7 @@
 """The benchmark suite of issue 9, one benchmark after another, each in its own process.
 
     pip install -e ".[bench]"   # trl==1.16.0        # benchmark 3-4's baseline
-    python benchmarks/suite.py       # ~4 min on 2 cores; run it with nothing else on the machine
+    python benchmarks/suite.py       # ~7 min on 2 cores; run it with nothing else on the machine
 
 1. env steps/s per game with bots, against the raw PettingZoo envs behind our adapters
    (bench_env_steps.py);
@@ -10,7 +10,9 @@
    raised it, each against what it replaced (bench_rollout_fixes.py);
 3. and 4. training tokens/s and seconds per step against TRL's GRPOTrainer on the same work
    (bench_trl.py);
-5. peak resident memory of the default tiny run (bench_peak_memory.py).
+5. peak resident memory of the default tiny run (bench_peak_memory.py);
+6. seconds per step with asynchronous collection against synchronous (bench_async_rollouts.py,
+   Hugging Face backend; its vLLM variant runs in the vLLM environment, see its docstring).
 
 Each prints its own table, with the command that reproduces it; the suite adds each one's wall
 time and the total. ``--only 2 5`` runs a subset.
@@ -31,6 +33,7 @@ BENCHMARKS = {
     "2b": ("the rollout fixes one by one", ["bench_rollout_fixes.py"]),
     "3-4": ("training throughput and seconds per step vs TRL", ["bench_trl.py"]),
     "5": ("peak memory of the default tiny run", ["bench_peak_memory.py"]),
+    "6": ("seconds per step, asynchronous collection vs synchronous", ["bench_async_rollouts.py"]),
 }
 
 

@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "SelfPlayModule": "module", "LossSettings": "module", "OptimizerSettings": "module",
-    "SelfPlayDataModule": "data", "EvalSettings": "data",
+    "SelfPlayDataModule": "data", "EvalSettings": "data", "AsyncRolloutSettings": "async_rollouts",
     "GameSettings": "games", "RewardSettings": "rubric",
     "PolicySettings": "model", "LoraSettings": "model", "TinyModelSettings": "model",
     "SamplingSettings": "rollout.base", "GRPO": "credit", "RAE": "credit",

@@ -95,6 +95,8 @@ class _Run:
         self.pending: list[tuple[ModelRequest, asyncio.Future]] = []
         self.runnable = 0
         self.generate_calls = 0
+        self.requests_sent = 0  # requests over every generate call
+        self.most_requests = 0  # the largest generate call
         self.retries = 0
         self.remote_versions: dict[str, int] = {}  # each remote model's version, read once per run
 
@@ -133,6 +135,8 @@ class _Run:
             return
         batch, self.pending = self.pending, []
         self.generate_calls += 1
+        self.requests_sent += len(batch)
+        self.most_requests = max(self.most_requests, len(batch))
         completions, retries = generate_with_retries(
             self.arena.worker, [r for r, _ in batch], self.arena.sampling, self.arena.retry)
         self.retries += retries
@@ -195,6 +199,9 @@ class Batch:
     records: list[TrainingRecord]
     rollouts: list[Rollout]
     metrics: dict[str, float] = field(default_factory=dict)
+    policy_lags: list[int] | None = None
+    """Each record's policy lag when it reached the trainer (asynchronous collection sets it,
+    dropped records included; the TensorBoard callback draws its histogram)."""
 
 
 class Arena:
@@ -253,6 +260,8 @@ class Arena:
         self.steps_done = 0
         self.last_retries = 0
         self.last_generate_calls = 0
+        self.last_requests_sent = 0
+        self.last_most_requests = 0
         self.last_most_in_flight = 0
 
     # ---- registries ---------------------------------------------------------------------------
@@ -325,6 +334,7 @@ class Arena:
         limit = max_concurrent if max_concurrent is not None else self.max_concurrent
         rollouts = list(_run_coroutine(run.play_all(episodes, seeds, limit)))
         self.last_generate_calls = run.generate_calls
+        self.last_requests_sent, self.last_most_requests = run.requests_sent, run.most_requests
         self.last_retries = run.retries
         self.last_most_in_flight = run.most_in_flight
         return rollouts
@@ -379,6 +389,9 @@ class Arena:
         batch.metrics["rollout/tokens_per_s"] = generated / max(elapsed, 1e-9)
         batch.metrics["rollout/seconds"] = elapsed
         batch.metrics["rollout/generate_calls"] = float(self.last_generate_calls)
+        # requests the engine runs at once: each generate call sends every pending request
+        batch.metrics["rollout/running_requests"] = self.last_requests_sent / max(self.last_generate_calls, 1)
+        batch.metrics["rollout/running_requests_max"] = float(self.last_most_requests)
         batch.metrics["rollout/retries"] = float(self.last_retries)
         batch.metrics["rollout/policy_version"] = float(getattr(self.worker, "policy_version", 0))
         if hasattr(self.worker, "adapter_load_seconds"):  # backends that load adapters per version

@@ -20,6 +20,7 @@ the evaluation opponent, split evenly over the seats (see ``sp_lightning.evaluat
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,12 +30,15 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena, seeded_rng
+from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings, SerializedWorker
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
+
+log = logging.getLogger(__name__)
 
 RolloutFactory = Callable[[Any, Any], RolloutWorker]
 """A rollout backend class with its settings; LightningCLI leaves (model, tokenizer) to setup."""
@@ -73,6 +77,9 @@ class _RolloutStream(IterableDataset):
     def __iter__(self):
         dm = self.dm
         rank = dm.trainer.global_rank if dm.trainer is not None else 0
+        if dm.collector is not None:  # played on the producer thread while the trainer steps
+            while True:
+                yield dm.collector.next_batch(trainer_version=dm.worker.policy_version)
         while True:
             # one stream per batch, from the batch's index: a resumed run plays the same games
             yield dm.arena.step(seeded_rng(dm.seed, rank, batch=dm.batches_played))
@@ -122,6 +129,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         remote_models: dict[str, RemoteModel] | None = None,
         arena: Arena | None = None,
         episode_log: EpisodeLogSettings | None = None,
+        async_rollouts: AsyncRolloutSettings | None = None,
     ):
         """
         Args:
@@ -152,6 +160,11 @@ class SelfPlayDataModule(L.LightningDataModule):
             episode_log: A human-readable log of the run's episodes, model calls, rewards and
                 batches (``path``), and optionally each batch's decoded records as JSONL
                 (``records``); off by default.
+            async_rollouts: Play the next batches on a thread of their own while the trainer
+                steps, with a bounded queue and a bound on the policy lag of what is trained
+                (see sp_lightning.async_rollouts); off by default. Needs a backend whose engine
+                holds its own weights (VLLMRolloutWorker, ServerRolloutWorker, or
+                HFRolloutWorker with own_copy: true).
         """
         super().__init__()
         games = list(games or [])
@@ -174,6 +187,8 @@ class SelfPlayDataModule(L.LightningDataModule):
                                       else GameMix(self.games, self.opponents) if games else NoEpisodes())
         self.remote_models = dict(remote_models or {})
         self.episode_log = episode_log or EpisodeLogSettings()
+        self.async_rollouts = async_rollouts or AsyncRolloutSettings()
+        self.collector: AsyncCollector | None = None
         self._bot_rngs: dict[str, Any] = {}  # bots' saved streams, applied once the arena exists
         self.arena: Arena = arena if arena is not None else Arena()
         self.worker: RolloutWorker | None = None
@@ -186,7 +201,27 @@ class SelfPlayDataModule(L.LightningDataModule):
             raise ValueError(f"data.rollout: {type(self.worker).__name__} answers with text only (no token ids "
                              f"or logprobs), so nothing it plays can train; use it with `sp-lightning rollout` "
                              f"or `evaluate`, and a local backend (HFRolloutWorker) for fit")
+        if stage == "fit" and self.async_rollouts.enabled:
+            self._collect_asynchronously(self.trainer.lightning_module, self.trainer.global_rank)
         self.arena.on_startup()
+
+    def _collect_asynchronously(self, module, rank: int) -> None:
+        """Serve the worker to both threads through one lock and set up the producer (it starts
+        with the first training batch)."""
+        if not getattr(self.worker, "supports_async", False):
+            raise ValueError(
+                f"data.async_rollouts.enabled: {type(self.worker).__name__} generates with the trainer's own "
+                f"model object, which the optimizer changes under a generation in flight; give it a copy of "
+                f"its own (data.rollout.init_args.own_copy: true for HFRolloutWorker), use an engine with its "
+                f"own weights (sp_lightning.rollout.VLLMRolloutWorker or ServerRolloutWorker), or set "
+                f"enabled: false")
+        baton = ArenaBaton()
+        self.worker = SerializedWorker(self.worker, baton)
+        self.arena.worker = self.worker
+        module.attach_rollout_worker(self.worker, overlap=baton.lent)
+        self.collector = AsyncCollector(self.arena, self.async_rollouts,
+                                        lambda index: seeded_rng(self.seed, rank, batch=index), baton,
+                                        update_epochs=getattr(module, "update_epochs", 1))
 
     def build_arena(self, module, rank: int = 0) -> Arena:
         """Give the arena the engine it plays with (the rollout worker built on ``module``'s model,
@@ -216,6 +251,10 @@ class SelfPlayDataModule(L.LightningDataModule):
         return arena
 
     def teardown(self, stage: str) -> None:
+        if self.collector is not None and not self.collector.stop():  # before the worker shuts down
+            log.error("asynchronous rollouts: the producer thread is still inside a worker call after 120 s; "
+                      "the worker is left open rather than closed under it")
+            return
         if self.worker is not None:
             self.arena.on_shutdown()
 

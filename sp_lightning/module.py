@@ -318,6 +318,7 @@ class SelfPlayModule(L.LightningModule):
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.strict_loading = not self.uses_adapter
         self.rollout_worker = None
+        self.rollout_overlap = nullcontext  # see attach_rollout_worker
         self._move_token_ids: dict[str, int | None] = {}
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
         self.last_batch = None
@@ -338,9 +339,12 @@ class SelfPlayModule(L.LightningModule):
                 f"manual optimisation does not run)"
             )
 
-    def attach_rollout_worker(self, worker) -> None:
-        """Called by the DataModule: the worker whose weights follow every optimizer step."""
+    def attach_rollout_worker(self, worker, overlap=nullcontext) -> None:
+        """Called by the DataModule: the worker whose weights follow every optimizer step, and
+        ``overlap``, the context in which the update runs: under asynchronous collection it lends
+        the arena to the producer thread, which plays the next batches meanwhile."""
         self.rollout_worker = worker
+        self.rollout_overlap = overlap
 
     # ---- optimisation -------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -404,6 +408,40 @@ class SelfPlayModule(L.LightningModule):
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)
             return None
+        with self.rollout_overlap():  # asynchronous collection plays the next batches meanwhile
+            totals, passes = self._update(opt, records)
+        if passes == 0:  # nothing learnt from this batch
+            self._log_rollout(batch.metrics)
+            return None
+        if passes == self.update_epochs:
+            self.nonfinite_in_a_row = 0
+        if self.rollout_worker is not None:
+            self.rollout_worker.sync_weights(self.global_step)
+        # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
+        # earlier passes moved the policy from the one that played) ----
+        elapsed = time.perf_counter() - start
+        trained_tokens = passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
+        metrics = {f"train/{k}": v for k, v in totals.items()}
+        metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
+        metrics["train/update_seconds"] = elapsed
+        # the whole step: playing the batch (timed by the arena; under asynchronous collection
+        # only the wait for it, the rest overlapped the previous update) and learning from it
+        played = batch.metrics.get("rollout/wait_seconds", batch.metrics.get("rollout/seconds", 0.0))
+        metrics["train/step_seconds"] = elapsed + played
+        metrics["train/records"] = float(len(records))
+        metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
+        s = self.loss_settings
+        metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
+        if s.magnet_coef:
+            metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
+        metrics["train/lr"] = opt.param_groups[0]["lr"]
+        self.log_dict(metrics, batch_size=len(records))
+        self._log_rollout(batch.metrics)
+        return None
+
+    def _update(self, opt, records: list[TrainingRecord]) -> tuple[dict[str, float], int]:
+        """``update_epochs`` passes over the records, each ending in an optimizer step; returns
+        the last completed pass's diagnostics and how many passes stepped."""
         # collated once, reused by every pass; with several passes each micro-batch's legal-move
         # mask is built on first use and kept for the later ones
         pad = self.tokenizer.pad_token_id
@@ -422,32 +460,7 @@ class SelfPlayModule(L.LightningModule):
             if not self._optimizer_step(opt, records, pass_totals):
                 break  # keep what the earlier passes learnt, if any
             totals, passes = pass_totals, passes + 1
-        if passes == 0:  # nothing learnt from this batch
-            self._log_rollout(batch.metrics)
-            return None
-        if passes == self.update_epochs:
-            self.nonfinite_in_a_row = 0
-        if self.rollout_worker is not None:
-            self.rollout_worker.sync_weights(self.global_step)
-        # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
-        # earlier passes moved the policy from the one that played) ----
-        elapsed = time.perf_counter() - start
-        trained_tokens = passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
-        metrics = {f"train/{k}": v for k, v in totals.items()}
-        metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
-        metrics["train/update_seconds"] = elapsed
-        # the whole step: playing the batch (timed by the arena) and learning from it
-        metrics["train/step_seconds"] = elapsed + batch.metrics.get("rollout/seconds", 0.0)
-        metrics["train/records"] = float(len(records))
-        metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
-        s = self.loss_settings
-        metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
-        if s.magnet_coef:
-            metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
-        metrics["train/lr"] = opt.param_groups[0]["lr"]
-        self.log_dict(metrics, batch_size=len(records))
-        self._log_rollout(batch.metrics)
-        return None
+        return totals, passes
 
     def _accumulate_gradients(self, micro_batches: list[_MicroBatch], num_tokens: int,
                               num_records: int) -> dict[str, float]:
@@ -620,13 +633,24 @@ class SelfPlayModule(L.LightningModule):
 
     def on_train_start(self) -> None:
         """A resumed run continues the random streams of the run that saved the checkpoint, so
-        the next batch samples what the unbroken run sampled (sp_lightning.rng)."""
+        the next batch samples what the unbroken run sampled (sp_lightning.rng). The worker serves
+        the weights and version training starts from: a resumed run's restored ones (a worker
+        with a copy of its own would otherwise play the first batch with the weights it was built
+        with); Lightning restores both before this hook, after setup and ``on_fit_start``."""
         states, self._resumed_rng_states = self._resumed_rng_states, None
         if states is not None:
             rng_streams.set_global_states(states)
+        if self.rollout_worker is not None:
+            self.rollout_worker.sync_weights(self.global_step)
         arena = self._datamodule_arena()
         if arena is not None:
             arena.on_train_start()
+
+    def on_validation_start(self) -> None:
+        """Validation plays the weights being validated: a worker with a copy of its own gets
+        them first (``validate --ckpt_path``, a resumed fit's sanity check)."""
+        if self.rollout_worker is not None:
+            self.rollout_worker.sync_weights(self.global_step)
 
     def on_train_end(self) -> None:
         arena = self._datamodule_arena()

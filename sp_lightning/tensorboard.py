@@ -1,7 +1,7 @@
 """TensorBoard you can read: charts grouped by what they are about, and games you can read.
 
 ``TensorBoardGames`` (a Lightning callback; ``SelfPlayCLI`` adds one whenever the logger is
-TensorBoard and the config names none) does two things:
+TensorBoard and the config names none) does three things:
 
 - at the start of a fit it writes a custom-scalars layout (TensorBoard's "Custom Scalars" tab):
   training (loss terms, entropy, gradient norm, learning rate), rollout (win/draw/invalid rates
@@ -12,7 +12,9 @@ TensorBoard and the config names none) does two things:
 - every ``every`` steps it logs one whole game of that step as text ("Text" tab, tag
   ``games/decoded``): who sat where, the outcome and rubric rewards, and for every move the
   prompt the seat saw (decoded, chat tokens included), its answer, the move the game made of it,
-  and the move's reward and advantage (learner moves only: the numbers it was trained with).
+  and the move's reward and advantage (learner moves only: the numbers it was trained with);
+- under asynchronous collection, every step's histogram of its records' policy lags
+  ("Histograms" tab, tag ``rollout/policy_lag``).
 
 ``read_scalars`` reads the charts back (a notebook's plots of a run, ratings over steps...).
 """
@@ -129,7 +131,17 @@ class TensorBoardGames(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero or (step % self.every and step != 1):  # step 1: a game at once
+        if not trainer.is_global_zero:
+            return
+        last = getattr(pl_module, "last_batch", None)
+        lags = getattr(last, "policy_lags", None)
+        if lags:  # asynchronous collection: the batch's policy lags, every step
+            writer = self._writer(trainer)
+            if writer is not None:
+                import torch
+
+                writer.add_histogram("rollout/policy_lag", torch.tensor(lags, dtype=torch.float32), step)
+        if step % self.every and step != 1:  # step 1: a game at once
             return
         writer = self._writer(trainer)
         rollout = pick_game(getattr(pl_module, "last_rollouts", []))

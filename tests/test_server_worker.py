@@ -59,3 +59,19 @@ def test_close_removes_the_ram_directory_it_made(tiny_policy):
     assert os.path.isdir(worker.root)
     worker.close()
     assert not os.path.exists(worker.root)
+
+
+def test_a_prompt_over_max_prompt_tokens_is_refused_without_asking_the_server(tiny_policy, tmp_path):
+    """The server is down: the refused prompt never reached it (or the call would fail)."""
+    from sp_lightning.types import PROMPT_TOO_LONG
+
+    model, tok = tiny_policy
+    with pytest.raises(ValueError, match="rollout.max_prompt_tokens: expected >= 1 or null, got 0"):
+        ServerRolloutWorker(model, tok, base_urls=["http://127.0.0.1:9/v1"], served_model="m", max_prompt_tokens=0)
+    worker = ServerRolloutWorker(model, tok, base_urls=[f"http://127.0.0.1:{_closed_port()}/v1"], served_model="m",
+                                 adapter_dir=str(tmp_path), max_prompt_tokens=8)
+    request = ModelRequest("player", [{"role": "user", "content": "a prompt well over eight tokens " * 4}],
+                           PolicyRef("base"))
+    (completion,) = worker.generate([request], SamplingSettings(max_new_tokens=1))
+    assert completion.refused == PROMPT_TOO_LONG and completion.completion_ids == []
+    worker.close()

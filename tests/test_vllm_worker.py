@@ -81,6 +81,20 @@ def test_vllm_logprobs_match_the_trainers(served):
         assert worst < LOGPROB_TOLERANCE, f"temperature {temperature}: max |vLLM - trainer| = {worst:.2e}"
 
 
+def test_a_prompt_over_max_prompt_tokens_is_refused_and_the_rest_are_served(served):
+    from sp_lightning.types import PROMPT_TOO_LONG
+
+    _, worker = served
+    long = ModelRequest("player", [{"role": "user", "content": "Board " * 40}], LEARNER)
+    worker.max_prompt_tokens = 30
+    try:
+        refused, answered = worker.generate([long, *_requests([LEARNER])[:1]], SamplingSettings(max_new_tokens=2))
+    finally:
+        worker.max_prompt_tokens = None
+    assert refused.refused == PROMPT_TOO_LONG and refused.completion_ids == []
+    assert not answered.refused and answered.completion_ids
+
+
 def test_a_new_adapter_version_changes_what_is_generated(served):
     module, worker = served
     sampling = SamplingSettings(max_new_tokens=1, temperature=1.0)
@@ -164,6 +178,40 @@ def test_an_adapter_vllm_cannot_serve_is_refused_and_the_engine_lives(served, tm
 
 # ---- configuration checks: no engine needed ---------------------------------------------------
 
+def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_engine_serves(tmp_path):
+    """SIGKILL the engine core process while a long generate runs: the call raises a
+    TransientRolloutError within seconds (vLLM alone would wait forever), and the next call
+    starts a new engine that serves the same learner."""
+    import signal
+    import threading
+    import time
+
+    from sp_lightning.module import SelfPlayModule
+    from sp_lightning.rollout.base import TransientRolloutError
+
+    pytest.importorskip("vllm")
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(r=16, alpha=32)))
+    worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
+                               max_model_len=512, adapter_dir=str(tmp_path),
+                               engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
+    try:
+        worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))  # the engine is up
+        core = worker.llm.llm_engine.engine_core.resources.engine_manager.processes[0]
+        killer = threading.Timer(1.0, os.kill, args=(core.pid, signal.SIGKILL))
+        long_requests = [ModelRequest("player", [{"role": "user", "content": f"Board {i}"}], LEARNER)
+                         for i in range(256)]
+        start = time.monotonic()
+        killer.start()
+        with pytest.raises(TransientRolloutError, match="engine core died"):
+            worker.generate(long_requests, SamplingSettings(max_new_tokens=400))
+        assert time.monotonic() - start < 60
+        assert worker.llm is None  # the dead engine was dropped
+        (completion,) = worker.generate(_requests([LEARNER])[:1], SamplingSettings(max_new_tokens=2))
+        assert completion.completion_ids and worker.llm is not None
+    finally:
+        worker.close()
+
+
 def test_trainable_token_rows_are_refused_with_the_key_to_change(tiny_policy):
     from sp_lightning.model import load_policy
 
@@ -213,6 +261,39 @@ def test_fit_with_the_vllm_config_serves_a_new_learner_version_every_step(tmp_pa
     # trainer/sampler gap it corrects for is logged: float32 both, so a few 1e-6
     assert all(e.value < LOGPROB_TOLERANCE for e in events.Scalars("train/sampler_mismatch"))
     assert all(abs(e.value - 1) < 1e-3 for e in events.Scalars("train/tis_weight_mean"))
+
+
+def test_async_fit_plays_on_vllm_while_the_trainer_steps_within_the_lag_bound(tmp_path):
+    """The same config with ``data.async_rollouts``: batches are played by the engine while the
+    trainer steps, so records reach the trainer one or two versions old (never more than
+    ``max_policy_lag``), and the importance weights correct for it."""
+    import glob
+    import subprocess
+    import sys
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    pytest.importorskip("vllm")
+    command = [sys.executable, "-m", "sp_lightning.cli", "fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
+               "--trainer.max_steps", "5", "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "1",
+               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
+               "--trainer.callbacks", "[]", "--trainer.enable_checkpointing", "false",
+               "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0",
+               "--data.async_rollouts", '{"enabled": true, "queue_size": 1, "max_policy_lag": 2}']
+    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    events = EventAccumulator(glob.glob(str(tmp_path / "tb" / "version_*"))[0], size_guidance={"scalars": 0})
+    events.Reload()
+    lags = [e.value for e in events.Scalars("rollout/policy_lag_max")]
+    assert len(lags) == 5 and max(lags) <= 2 and max(lags) >= 1
+    assert all(e.value == 0 for e in events.Scalars("rollout/dropped_records_total"))
+    for name in ("rollout/queue_depth", "rollout/wait_seconds", "rollout/running_requests", "rollout/policy_lag/1"):
+        assert events.Scalars(name), name
+    weights = [e.value for e in events.Scalars("train/tis_weight_mean")]
+    assert all(0 < w <= 2.0 for w in weights)  # the cap, loss.tis_cap
+    histograms = EventAccumulator(events.path, size_guidance={"histograms": 0})
+    histograms.Reload()
+    assert len(histograms.Histograms("rollout/policy_lag")) == 5
 
 
 # ---- the remote backend against real vLLM servers on loopback ---------------------------------

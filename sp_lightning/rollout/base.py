@@ -58,6 +58,11 @@ class RolloutWorker(ABC):
     logprobs are then the trainer's, and the loss needs no importance correction (see
     ``LossSettings.importance_sampling``). Another engine (vLLM, a server) computes them its
     own way, and the loss corrects for the gap."""
+    supports_async: bool = False
+    """Whether it may generate on another thread while the trainer steps (``data.async_rollouts``):
+    its engine holds a copy of the weights of its own, written by :meth:`publish_weights`. A
+    backend that generates with the trainer's model object (the Hugging Face one, unless
+    ``own_copy``) cannot: the optimizer would change the weights under a generation in flight."""
 
     @abstractmethod
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
@@ -66,6 +71,12 @@ class RolloutWorker(ABC):
     def sync_weights(self, version: int) -> None:
         """Make the learner's latest weights the ones used for generation."""
         self.policy_version = version
+
+    def publish_weights(self) -> None:
+        """Copy the learner's current weights to the engine now rather than at the next generate.
+        Asynchronous collection calls it on the trainer's thread right after ``sync_weights``, so
+        that a generation on the producer thread never reads weights the optimizer is changing.
+        A backend that generates with the trainer's own weights has nothing to do."""
 
 
 # ---- plumbing every backend shares ------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Hugging Face transformers backend: one batched ``generate`` call for all pending requests.
 
 The worker shares the learner's model object in-process, so a weight sync is only a version
-bump. Every model policy is served by the same model:
+bump; with ``own_copy`` it generates from a copy of its own instead, into which a sync copies the
+trained weights, so that it can play on another thread while the trainer steps
+(``data.async_rollouts``). Every model policy is served by the same model:
 
 - ``learner``: the trained adapter (peft's ``default``);
 - ``base``: the same model with the adapter disabled;
@@ -68,7 +70,7 @@ class HFRolloutWorker(RolloutWorker):
     shares_weights = True  # the learner's own model object: its logprobs are the trainer's
 
     def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
-                 max_prompt_tokens: int | None = None, merge_learner: bool | None = None):
+                 max_prompt_tokens: int | None = None, merge_learner: bool | None = None, own_copy: bool = False):
         """
         Args:
             model: The policy (a peft model with the learner's adapter, or a plain causal LM).
@@ -82,13 +84,25 @@ class HFRolloutWorker(RolloutWorker):
                 (faster generation, twice the model's memory; see the module docstring). Null
                 (the default): on for models of at most ``AUTO_MERGE_MAX_PARAMS`` parameters
                 (the tiny models, where the copy costs megabytes), off for larger ones.
+            own_copy: Generate with a copy of the model of the worker's own, into which
+                ``sync_weights`` copies the trained weights, instead of the trainer's model object:
+                what lets this backend collect asynchronously (``data.async_rollouts``) while
+                the optimizer changes the trainer's weights. Costs another copy of the model
+                (a third with ``merge_learner``); its logprobs are then another object's, and
+                ``loss.importance_sampling: auto`` corrects for them (a no-op in value when
+                nothing lags: the copy holds the same numbers).
         """
         if max_adapters < 1:
             raise ValueError(f"rollout.max_adapters: expected >= 1, got {max_adapters}")
         if max_prompt_tokens is not None and max_prompt_tokens < 1:
             raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
         self.max_prompt_tokens = max_prompt_tokens
-        self.model = model
+        self.own_copy = own_copy
+        self.shares_weights = not own_copy
+        self.supports_async = own_copy
+        self.trainer_model = model
+        self.model = model  # with own_copy, replaced by the copy at the first publish_weights
+        self._published_key: tuple[int, ...] | None = None
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.max_adapters = max_adapters
@@ -104,6 +118,34 @@ class HFRolloutWorker(RolloutWorker):
         self.merges = 0  # how often the merged copy was (re)built
         self._merged = None
         self._merged_key: tuple[int, ...] | None = None
+
+    # ---- the learner's weights -----------------------------------------------------------------
+    def sync_weights(self, version: int) -> None:
+        """The new version; with ``own_copy`` the trained weights are copied in now."""
+        self.policy_version = version
+        self.publish_weights()
+
+    def publish_weights(self) -> None:
+        """With ``own_copy``: copy the trainer's trained parameters into the worker's model
+        (skipped when none changed since the last copy: their in-place version counters). The
+        first call makes the copy, a whole one: by then (the module's ``on_train_start`` or
+        ``on_validation_start``) Lightning has moved the trainer's model to its device and dtype
+        and restored a resumed run's weights. Without ``own_copy`` the worker reads the trainer's
+        own weights and there is nothing to copy."""
+        if not self.own_copy:
+            return
+        if self.model is self.trainer_model:
+            self.model = copy.deepcopy(self.trainer_model)
+            self._merged = None
+        trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
+        key = tuple(p._version for p in trained.values()) + tuple(p.data_ptr() for p in trained.values())
+        if key == self._published_key:
+            return
+        mine = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for name, p in trained.items():
+                mine[name].copy_(p)
+        self._published_key = key
 
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:

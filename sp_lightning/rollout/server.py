@@ -49,7 +49,7 @@ from sp_lightning.rollout.base import (
     registered_path,
 )
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
-from sp_lightning.types import Completion, ModelRequest, PolicyRef
+from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef
 
 
 class ServerError(RuntimeError):
@@ -57,9 +57,12 @@ class ServerError(RuntimeError):
 
 
 class ServerRolloutWorker(RolloutWorker):
+    supports_async = True  # the servers hold their own copy of the weights (publish_weights)
+
     def __init__(self, model, tokenizer, *, base_urls: list[str], served_model: str,
                  adapter_dir: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
-                 max_retries: int = 3, max_concurrency: int = 32, max_model_len: int | None = None):
+                 max_retries: int = 3, max_concurrency: int = 32, max_model_len: int | None = None,
+                 max_prompt_tokens: int | None = None):
         """
         Args:
             model: The learner (a peft model; its adapter is what the servers load each version).
@@ -75,6 +78,8 @@ class ServerRolloutWorker(RolloutWorker):
             max_concurrency: Requests in flight per server.
             max_model_len: The servers' context; by default the model's. Longer prompts are
                 refused here, never sent.
+            max_prompt_tokens: Longest prompt sent, as on the other backends (refused, not
+                truncated); by default (and never above) the context minus the completion budget.
         """
         if not base_urls:
             raise ValueError("rollout.base_urls: expected at least one server URL")
@@ -88,6 +93,9 @@ class ServerRolloutWorker(RolloutWorker):
         self.served_model = served_model
         self.api_key_env, self.timeout, self.max_retries = api_key_env, timeout, max_retries
         self.max_concurrency = max_concurrency
+        if max_prompt_tokens is not None and max_prompt_tokens < 1:
+            raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
+        self.max_prompt_tokens = max_prompt_tokens
         self.max_model_len = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
         self._owns_root = adapter_dir is None
         self.root = adapter_dir or ram_temp_dir("sp_lightning_server_")
@@ -140,6 +148,11 @@ class ServerRolloutWorker(RolloutWorker):
     def sync_weights(self, version: int) -> None:
         self.policy_version = version
 
+    def publish_weights(self) -> None:
+        """Write the learner's current adapter and load it on every server now (asynchronous
+        collection calls it on the trainer's thread; see RolloutWorker.publish_weights)."""
+        self._served_name(LEARNER)
+
     def register_adapter(self, name: str, path: str) -> None:
         check_adapter_dir(name, path)
         if self.adapter_paths.get(name) not in (None, path):
@@ -191,6 +204,8 @@ class ServerRolloutWorker(RolloutWorker):
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
         limit = (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
+        if self.max_prompt_tokens is not None:
+            limit = min(limit, self.max_prompt_tokens)
         results, sendable = refuse_too_long(requests, prompts, limit)
         names = {p: self._served_name(p) for p in dict.fromkeys(requests[i].policy for i in sendable)}
         jobs = [(i, self.base_urls[next(self._next_server) % len(self.base_urls)]) for i in sendable]

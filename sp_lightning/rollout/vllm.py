@@ -33,6 +33,13 @@ vLLM serves LoRA on the projection modules (q/k/v/o/gate/up/down) only: a policy
 trains embedding rows (``policy.lora.trainable_tokens``) or the LM head is refused when the
 worker is built, with the config key to change.
 
+An engine core process that dies (killed, out of memory) ends the generate call in flight with
+a ``TransientRolloutError`` instead of a hang: vLLM's own monitor notices the death but leaves a
+waiting ``generate`` blocked on its output queue, so a watcher thread hands that queue vLLM's
+``EngineDeadError`` (see ``_raising_if_the_engine_dies``). The worker then drops the dead engine,
+and the arena's retry (``data.retry``) starts a new one and plays on; the episodes in flight
+keep their moves (a generate call is all or nothing).
+
 The base model comes from where the policy loaded it (a hub name or a local directory); a model
 built in-process (``model: tiny``) is saved once, without its adapter, next to the adapters.
 The engine starts on the first generate (~20 s on CPU, less on a GPU), not when the worker is
@@ -45,10 +52,13 @@ import copy
 import logging
 import os
 import shutil
+import threading
 import time
+from contextlib import contextmanager
 
 from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, check_adapter_dir, ram_temp_dir, refuse_too_long, registered_path,
+    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, ram_temp_dir, refuse_too_long,
+    registered_path,
 )
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
 from sp_lightning.types import Completion, ModelRequest, PolicyRef
@@ -61,6 +71,8 @@ VALID_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class VLLMRolloutWorker(RolloutWorker):
+    supports_async = True  # the engine holds its own copy of the weights (publish_weights)
+
     def __init__(
         self,
         model,
@@ -76,6 +88,7 @@ class VLLMRolloutWorker(RolloutWorker):
         seed: int = 0,
         adapter_dir: str | None = None,
         engine_kwargs: dict | None = None,
+        max_prompt_tokens: int | None = None,
     ):
         """
         Args:
@@ -102,6 +115,9 @@ class VLLMRolloutWorker(RolloutWorker):
             adapter_dir: Where learner versions (and a built-in model) are written; by default
                 a new directory under ``/dev/shm`` where it exists, else the system temp dir.
             engine_kwargs: Further ``vllm.LLM`` arguments, passed as they are.
+            max_prompt_tokens: Longest prompt sent to the engine, as on the Hugging Face
+                backend: a longer one is refused, not truncated; by default (and never above)
+                the context (``max_model_len``, else the model's) minus ``sampling.max_new_tokens``.
         """
         self.model = model
         self.tokenizer = tokenizer
@@ -127,6 +143,9 @@ class VLLMRolloutWorker(RolloutWorker):
                              f"{rank} (policy.lora.r)")
         if max_loras < 1:
             raise ValueError(f"rollout.max_loras: expected >= 1, got {max_loras}")
+        if max_prompt_tokens is not None and max_prompt_tokens < 1:
+            raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
+        self.max_prompt_tokens = max_prompt_tokens
         self.max_lora_rank = max_lora_rank
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -218,6 +237,12 @@ class VLLMRolloutWorker(RolloutWorker):
         """The learner's weights changed: the next generate serves them as a new adapter version."""
         self.policy_version = version
 
+    def publish_weights(self) -> None:
+        """Write and load the learner's current adapter now (asynchronous collection: on the
+        trainer's thread, so the producer's generate never saves weights mid-update). Starts the
+        engine if it is not running, on this thread."""
+        self._learner_request()
+
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
         check_adapter_dir(name, path)
@@ -241,6 +266,8 @@ class VLLMRolloutWorker(RolloutWorker):
         try:
             loaded = self._engine().llm_engine.add_lora(request)
         except Exception as err:  # the engine stays up: the adapter alone is refused
+            if _engine_dead(err):
+                raise
             raise ValueError(f"vLLM refused the adapter {name!r} at {path}: {err}") from err
         if loaded is False:
             raise ValueError(f"vLLM refused the adapter {name!r} at {path}")
@@ -279,7 +306,10 @@ class VLLMRolloutWorker(RolloutWorker):
 
     # ---- generation --------------------------------------------------------------------------
     def prompt_limit(self, sampling: SamplingSettings) -> int:
-        return (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
+        """The longest prompt sent: the engine's context minus the completion budget, or
+        ``max_prompt_tokens`` if smaller."""
+        limit = (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
+        return limit if self.max_prompt_tokens is None else min(limit, self.max_prompt_tokens)
 
     def _sampling_params(self, sampling: SamplingSettings, **extra):
         from vllm import SamplingParams
@@ -302,14 +332,52 @@ class VLLMRolloutWorker(RolloutWorker):
         prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
         results, sendable = refuse_too_long(requests, prompts, self.prompt_limit(sampling))
         if sendable:
-            loras = {policy: self._request_of(policy) for policy in dict.fromkeys(requests[i].policy for i in sendable)}
-            outputs = self._engine().generate(
-                [TokensPrompt(prompt_token_ids=prompts[i]) for i in sendable], self._sampling_params(sampling),
-                lora_request=[loras[requests[i].policy] for i in sendable], use_tqdm=False,
-            )
+            self._engine()  # started before the watch begins, so that the watch sees it
+            with self._raising_if_the_engine_dies():
+                loras = {policy: self._request_of(policy)
+                         for policy in dict.fromkeys(requests[i].policy for i in sendable)}
+                outputs = self._engine().generate(
+                    [TokensPrompt(prompt_token_ids=prompts[i]) for i in sendable], self._sampling_params(sampling),
+                    lora_request=[loras[requests[i].policy] for i in sendable], use_tqdm=False,
+                )
             for i, output in zip(sendable, outputs):
                 results[i] = self._completion(requests[i].policy, prompts[i], output.outputs[0])
         return results  # type: ignore[return-value]
+
+    @contextmanager
+    def _raising_if_the_engine_dies(self):
+        """The block's engine calls end with a TransientRolloutError if the engine core dies,
+        and the dead engine is dropped (the next call starts a new one).
+
+        vLLM's client (``SyncMPClient``, vllm 0.32) marks ``resources.engine_dead`` when its
+        monitor sees the process go, then shuts its output thread down without a word to the
+        ``generate`` waiting on ``outputs_queue``: the call would wait forever. A watcher thread
+        puts ``EngineDeadError`` in that queue, which ``generate`` raises as vLLM's own error
+        would be. Another vLLM version without these attributes goes unwatched."""
+        client = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        resources, outputs = getattr(client, "resources", None), getattr(client, "outputs_queue", None)
+        done = threading.Event()
+        if resources is not None and outputs is not None:
+            def watch():
+                while not done.wait(0.2):
+                    if resources.engine_dead:
+                        from vllm.v1.engine.exceptions import EngineDeadError
+
+                        outputs.put_nowait(EngineDeadError())
+                        return
+
+            threading.Thread(target=watch, daemon=True, name="sp-lightning-vllm-watch").start()
+        try:
+            yield
+        except Exception as err:
+            if not _engine_dead(err):
+                raise
+            log.warning("vLLM's engine core died (%s); dropping it, the next call starts a new one", err)
+            self.close()
+            raise TransientRolloutError(f"vLLM's engine core died during a call ({type(err).__name__}: {err}); "
+                                        f"a new engine starts at the next call") from err
+        finally:
+            done.set()
 
     def _completion(self, policy: PolicyRef, prompt: list[int], sample) -> Completion:
         ids = list(sample.token_ids)
@@ -343,12 +411,18 @@ class VLLMRolloutWorker(RolloutWorker):
             return out
         scoring = self._sampling_params(SamplingSettings(max_new_tokens=1, temperature=1.0),
                                         prompt_logprobs=0)
-        outputs = self._engine().generate([TokensPrompt(prompt_token_ids=p + c) for p, c in rows], scoring,
-                                          lora_request=loras, use_tqdm=False)
+        with self._raising_if_the_engine_dies():
+            outputs = self._engine().generate([TokensPrompt(prompt_token_ids=p + c) for p, c in rows], scoring,
+                                              lora_request=loras, use_tqdm=False)
         for (prompt, completion), owner, output in zip(rows, owners, outputs):
             steps = output.prompt_logprobs[len(prompt):]  # one dict per completion token
             out[owner].append(sum(float(step[token].logprob) for step, token in zip(steps, completion)))
         return out
+
+
+def _engine_dead(error: BaseException) -> bool:
+    """Whether ``error`` is vLLM's word that the engine core process is gone."""
+    return type(error).__name__ == "EngineDeadError"
 
 
 def _learner_lora_config(model):

@@ -1,0 +1,331 @@
+"""Asynchronous rollout collection: the next batches are played while the trainer steps.
+
+In the default synchronous loop a batch is played, then trained on, then the next is played:
+the engine idles while the trainer computes gradients and the trainer idles while the engine
+generates. With ``data.async_rollouts: {enabled: true}`` a producer thread plays batches into a
+bounded queue (``queue_size``) while the trainer trains on the previous one. The price is
+staleness: a record may have been sampled by weights some optimizer steps old. Every record
+carries the policy version that generated it; the trainer's version minus that is the record's
+*lag*, in optimizer steps. Records whose lag exceeds ``max_policy_lag`` are dropped (and
+counted); the loss corrects the others with truncated importance sampling
+(``loss.importance_sampling``), which is on for every backend that can run asynchronously (their
+engine is not the trainer's model object).
+
+How big the lag gets: a producer faster than the trainer runs ``queue_size`` batches ahead plus
+the one it waits to put, so its records are trained ``queue_size + 1`` batches after they were
+played; a slower one keeps the queue empty and they are trained one batch after. Each batch
+makes ``model.update_epochs`` optimizer steps, so in steady state the lag is at most
+``(queue_size + 1) * update_epochs`` steps: the default bound (null), which drops nothing in
+steady state. A smaller bound makes the queue a buffer whose stale records are thrown away, and
+drops are the price of a producer outrunning the trainer.
+
+Only backends whose engine holds a copy of the weights of its own can run this way
+(``RolloutWorker.supports_async``): vLLM in-process, OpenAI-compatible servers, and the Hugging
+Face worker with ``own_copy: true``. The default Hugging Face worker generates with the
+trainer's model object, which the optimizer changes in place.
+
+Two threads share the arena (its source, the league's opponent sampler, the bots' random
+streams, the episode log) and the rollout worker. One lock, the arena *baton*, makes the arena
+single-threaded: the producer holds it while it plays, except inside a ``generate`` call; the
+trainer's thread holds it the rest of the time, except while it waits for a batch and while it
+computes gradients and steps the optimizer. So what overlaps is exactly the expensive pair,
+generation and the update, and batch-level callbacks (``on_train_batch_end``: the league's
+promotions, checkpoints) and validation see an arena that does not change under them; hooks
+called inside the update (``on_after_backward``, ``on_before_optimizer_step``) must not touch it. A second lock serialises every call into the
+worker (vLLM's engine client and an HTTP pool are not for two threads at once); the producer
+never waits for the baton while holding it, so the two cannot deadlock. Weights reach the
+engine on the trainer's thread (``publish_weights`` right after ``sync_weights``): the producer
+never reads weights mid-update.
+
+A resumed asynchronous run continues from the batch count of its checkpoint but does not replay
+the unbroken run's games exactly (which batch a version trains on depends on timing); the batches
+that were queued when the run stopped are lost (the count includes them), and the resumed run
+plays on from the next batch index.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sp_lightning.arena import Arena, Batch
+
+
+@dataclass
+class AsyncRolloutSettings:
+    """``data.async_rollouts``: play the next batches while the trainer steps."""
+
+    enabled: bool = False
+    queue_size: int = 1
+    """Finished batches waiting for the trainer; the producer blocks on a full queue."""
+    max_policy_lag: int | None = None
+    """A record sampled more than this many optimizer steps ago is dropped (and counted), never
+    trained on. Null: ``(queue_size + 1) * model.update_epochs``, which drops nothing in steady
+    state (see the module docstring)."""
+
+    def __post_init__(self):
+        if not isinstance(self.queue_size, int) or self.queue_size < 1:
+            raise ValueError(f"data.async_rollouts.queue_size: expected an int >= 1, got {self.queue_size!r}")
+        if self.max_policy_lag is not None and (not isinstance(self.max_policy_lag, int) or self.max_policy_lag < 1):
+            raise ValueError(f"data.async_rollouts.max_policy_lag: expected an int >= 1 (the records of a "
+                             f"batch played during the previous step have lag 1) or null, got "
+                             f"{self.max_policy_lag!r}")
+
+    def lag_bound(self, update_epochs: int = 1) -> int:
+        """The bound in force: the setting, or the steady-state lag of ``update_epochs``."""
+        if self.max_policy_lag is not None:
+            return self.max_policy_lag
+        return (self.queue_size + 1) * update_epochs
+
+
+class ArenaBaton:
+    """A lock that knows its holder and can be lent: the thread holding the arena lends it while
+    it waits on something that does not touch the arena (a generate call, the queue, a gradient
+    step) and takes it back after."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+
+    def take(self) -> None:
+        self._lock.acquire()
+        self._holder = threading.get_ident()
+
+    def give(self) -> None:
+        if not self.held_here():
+            raise RuntimeError("ArenaBaton.give: this thread does not hold the arena")
+        self._holder = None
+        self._lock.release()
+
+    def held_here(self) -> bool:
+        return self._holder == threading.get_ident()
+
+    @contextmanager
+    def lent(self) -> Iterator[None]:
+        """The baton released for the block if this thread holds it (a no-op otherwise)."""
+        if not self.held_here():
+            yield
+            return
+        self.give()
+        try:
+            yield
+        finally:
+            self.take()
+
+
+class SerializedWorker:
+    """The rollout worker as both threads see it: one call into it at a time, and the producer
+    lends the arena baton while it waits on ``generate`` (the trainer's thread keeps it: its
+    validation games and adapter registrations run with the arena still). Every other attribute
+    is the worker's own."""
+
+    _CALLS = ("generate", "completion_logprobs", "register_adapter", "forget_adapter", "close")
+
+    def __init__(self, worker, baton: ArenaBaton):
+        # underscored: every other name is looked up on the worker itself
+        object.__setattr__(self, "_inner", worker)
+        object.__setattr__(self, "_baton", baton)
+        object.__setattr__(self, "_calls", threading.RLock())
+        object.__setattr__(self, "_producer", None)  # the producer thread's ident, set when it starts
+        object.__setattr__(self, "_stopping", threading.Event())  # set by AsyncCollector.stop
+
+    @property
+    def inner(self):
+        """The worker itself."""
+        return self._inner
+
+    def __getattr__(self, name):
+        attribute = getattr(self._inner, name)
+        if name not in self._CALLS:
+            return attribute
+
+        def serialized(*args, **kwargs):
+            on_producer = threading.get_ident() == self._producer
+            lend = self._baton.lent() if on_producer else _held()
+            with lend, self._calls:
+                if on_producer and self._stopping.is_set():
+                    raise ProducerStopped  # the collector is stopping: leave the batch unplayed
+                return attribute(*args, **kwargs)
+
+        return serialized
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)
+
+    def sync_weights(self, version: int) -> None:
+        """The new version, written to the engine at once (see ``RolloutWorker.publish_weights``)."""
+        with self._calls:
+            self._inner.sync_weights(version)
+            self._inner.publish_weights()
+
+
+@contextmanager
+def _held() -> Iterator[None]:
+    yield
+
+
+class ProducerStopped(Exception):
+    """Raised on the producer thread at its next worker call once the collector stops."""
+
+
+class AsyncCollector:
+    """The producer thread, its queue and the lag filter of asynchronous collection.
+
+    Args:
+        arena: The arena whose ``step`` plays each batch (its worker must be a SerializedWorker
+            on ``baton``).
+        settings: Queue size and lag bound.
+        update_epochs: Optimizer steps per batch (``model.update_epochs``), for the default bound.
+        batch_rng: The random stream of batch ``i`` (the synchronous loop's, so a batch's games
+            depend on its index only).
+        baton: The arena's baton, shared with the worker.
+    """
+
+    def __init__(self, arena: Arena, settings: AsyncRolloutSettings, batch_rng: Callable, baton: ArenaBaton,
+                 update_epochs: int = 1):
+        self.arena = arena
+        self.settings = settings
+        self.max_policy_lag = settings.lag_bound(update_epochs)
+        self.batch_rng = batch_rng
+        self.baton = baton
+        self.queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
+        self.thread: threading.Thread | None = None
+        self.stopping = arena.worker._stopping  # shared with the worker: its calls see it
+        self.dropped_records = 0
+        self.dropped_batches = 0  # batches of which every record was too old
+        self.error: BaseException | None = None  # the producer's, raised on the trainer's thread
+
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self) -> None:
+        """Start the producer (idempotent). The calling thread takes the baton and keeps it,
+        lending it while it waits and trains; the learner's weights reach the engine first, from
+        this thread (an in-process engine also starts here)."""
+        if self.thread is not None:
+            return
+        if not self.baton.held_here():
+            self.baton.take()
+        self.arena.worker.sync_weights(self.arena.worker.policy_version)
+        self.stopping.clear()
+        self.error = None
+        self.thread = threading.Thread(target=self._produce, name="sp-lightning-rollouts", daemon=True)
+        self.thread.start()
+        object.__setattr__(self.arena.worker, "_producer", self.thread.ident)
+
+    def stop(self, timeout: float = 120.0) -> bool:
+        """Stop the producer at its next worker call (the one in flight ends first) and forget
+        the queued batches; the calling thread gives the arena up. Returns whether the producer
+        ended within ``timeout`` seconds (if not, it is still inside a worker call)."""
+        if self.thread is None:
+            return True
+        self.stopping.set()
+        deadline = time.monotonic() + timeout
+        with self.baton.lent():  # let it reach a point where it sees the flag
+            while self.thread.is_alive() and time.monotonic() < deadline:
+                self._drain()
+                self.thread.join(timeout=0.1)
+        stopped = not self.thread.is_alive()
+        self._drain()
+        self.thread = None
+        if self.baton.held_here():
+            self.baton.give()
+        return stopped
+
+    def _drain(self) -> None:
+        try:
+            while True:
+                self.queue.get_nowait()
+        except queue.Empty:
+            pass
+
+    def _produce(self) -> None:
+        object.__setattr__(self.arena.worker, "_producer", threading.get_ident())
+        try:
+            while not self.stopping.is_set():
+                self.baton.take()
+                try:
+                    if self.stopping.is_set():
+                        return
+                    batch = self.arena.step(self.batch_rng(self.arena.steps_done))
+                except ProducerStopped:
+                    return
+                finally:
+                    self.baton.give()
+                batch.metrics["rollout/produced_at"] = time.perf_counter()
+                while not self.stopping.is_set():
+                    try:
+                        self.queue.put(batch, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as error:  # handed to the trainer's thread, which raises it
+            self.error = error
+
+    def next_batch(self, trainer_version: int) -> Batch:
+        """The next queued batch, its records older than ``max_policy_lag`` versions behind
+        ``trainer_version`` dropped (a batch left with none is skipped, unless it had none to
+        begin with), with the queue and lag metrics. Raises the producer's error if it failed.
+        A partly dropped batch keeps its rollouts and their metrics, and its kept records the
+        advantages computed with the dropped ones."""
+        self.start()
+        waited = 0.0
+        depth = self.queue.qsize()  # batches ready when the trainer asked
+        while True:
+            start = time.perf_counter()
+            with self.baton.lent():  # the producer plays while this thread waits
+                item = self._get()
+            waited += time.perf_counter() - start
+            batch: Batch = item
+            lags = [trainer_version - r.policy_version for r in batch.records]
+            kept = [r for r, lag in zip(batch.records, lags) if lag <= self.max_policy_lag]
+            dropped = len(batch.records) - len(kept)
+            self.dropped_records += dropped
+            if batch.records and not kept:
+                self.dropped_batches += 1
+                continue
+            batch.records = kept
+            batch.policy_lags = lags
+            batch.metrics.update(self._metrics(lags, dropped, depth, waited, batch.metrics.pop("rollout/produced_at")))
+            return batch
+
+    def _get(self):
+        while True:
+            try:
+                return self.queue.get(timeout=0.5)
+            except queue.Empty:
+                if self.error is not None:
+                    raise self.error
+                if not self.running:
+                    raise RuntimeError("asynchronous rollouts: the producer thread stopped without a batch "
+                                       "or an error (was the collector stopped?)") from None
+
+    def _metrics(self, lags: list[int], dropped: int, depth: int, waited: float,
+                 produced_at: float) -> dict[str, float]:
+        """Queue depth (batches ready when the trainer asked, before any was dropped), the
+        trainer's wait, the mean and largest lag of the records kept, and the batch's
+        policy-lag histogram: the fraction of its records at each lag 0..max_policy_lag
+        (``rollout/policy_lag/<k>``) and beyond it (``rollout/policy_lag/dropped``)."""
+        bound = self.max_policy_lag
+        n = max(len(lags), 1)
+        kept = [lag for lag in lags if lag <= bound]
+        metrics = {
+            "rollout/queue_depth": float(depth),
+            "rollout/wait_seconds": waited,
+            "rollout/queued_seconds": time.perf_counter() - produced_at,
+            "rollout/dropped_records": float(dropped),
+            "rollout/dropped_records_total": float(self.dropped_records),
+            "rollout/dropped_batches_total": float(self.dropped_batches),
+        }
+        if kept:  # of the records trained on
+            metrics["rollout/policy_lag_mean"] = sum(kept) / len(kept)
+            metrics["rollout/policy_lag_max"] = float(max(kept))
+        for k in range(bound + 1):
+            metrics[f"rollout/policy_lag/{k}"] = sum(1 for lag in lags if lag == k) / n
+        metrics["rollout/policy_lag/dropped"] = dropped / n
+        return metrics

@@ -1,0 +1,301 @@
+"""Asynchronous rollout collection (sp_lightning.async_rollouts): batches played on a producer
+thread while the trainer steps, with a bounded queue and a bound on the policy lag.
+
+The collector tests drive a real Arena, AsyncCollector and SerializedWorker with a scripted
+backend (``VersionStampingWorker``: scripted answers, each stamped with the weight version it
+was asked at, as an engine's are), so that the queue's state and the versions are set by the
+test. The fit tests run the real Hugging Face backend on its own copy of the weights.
+"""
+
+from __future__ import annotations
+
+import time
+
+import lightning as L
+import pytest
+import torch
+
+from envs import make_bots
+from sp_lightning.arena import Arena, seeded_rng
+from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings, SerializedWorker
+from sp_lightning.games import FixedMix, GameSettings
+from sp_lightning.rollout.base import SamplingSettings
+from sp_lightning.sources import GameMix
+from tests.helpers import KeepBatches, ScriptedWorker, fit_batches
+
+HF_OWN_COPY = '{"class_path": "sp_lightning.rollout.HFRolloutWorker", "init_args": {"own_copy": true}}'
+
+
+class VersionStampingWorker(ScriptedWorker):
+    """Test double of the backend: scripted answers (the first legal move), each completion
+    stamped with the version it was generated at; fails with ``fail`` from generate call
+    ``fail_at`` on (an engine that died)."""
+
+    supports_async = True
+
+    def __init__(self, fail_at: int | None = None, fail: Exception | None = None):
+        super().__init__()
+        self.fail_at, self.fail = fail_at, fail
+
+    def generate(self, requests, sampling):
+        if self.fail_at is not None and len(self.calls) >= self.fail_at:
+            raise self.fail
+        completions = super().generate(requests, sampling)
+        for completion in completions:
+            completion.policy_version = self.policy_version
+        return completions
+
+
+def _collector(worker, settings: AsyncRolloutSettings, update_epochs: int = 1):
+    game = GameSettings(id="tictactoe_v1", opponents={"learner": 0.5, "bot:random": 0.5})
+    baton = ArenaBaton()
+    served = SerializedWorker(worker, baton)
+    arena = Arena(served, SamplingSettings(), bots=make_bots(0), source=GameMix([game], FixedMix()),
+                  episodes_per_batch=4)
+    collector = AsyncCollector(arena, settings, lambda index: seeded_rng(0, 0, batch=index), baton,
+                               update_epochs=update_epochs)
+    return collector, served
+
+
+def _wait_for(condition, baton: ArenaBaton, timeout: float = 60.0) -> None:
+    with baton.lent():  # the producer needs the arena to play
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "the producer did not get there in time"
+            time.sleep(0.01)
+
+
+def test_records_older_than_the_lag_bound_are_dropped_and_counted():
+    """queue_size 2: the producer fills the queue and waits with a third batch, all played at
+    version 0. The trainer then steps three times: those 24+ records have lag 3 > 1, so all three
+    batches are dropped, and the batch served is the first one played at version 3."""
+    collector, worker = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=2, max_policy_lag=1))
+    collector.start()
+    try:
+        _wait_for(lambda: collector.queue.full() and collector.arena.steps_done == 3, collector.baton)
+        worker.sync_weights(3)  # three optimizer steps while they waited
+        batch = collector.next_batch(trainer_version=3)
+        assert collector.dropped_batches == 3
+        assert collector.dropped_records > 0
+        assert batch.records and {r.policy_version for r in batch.records} == {3}
+        assert batch.metrics["rollout/policy_lag/0"] == 1.0
+        assert batch.metrics["rollout/policy_lag/dropped"] == 0.0
+        assert batch.metrics["rollout/dropped_batches_total"] == 3.0
+        assert batch.metrics["rollout/dropped_records_total"] == float(collector.dropped_records)
+        assert batch.metrics["rollout/queue_depth"] == 2.0  # the queue was full when the trainer asked
+    finally:
+        collector.stop()
+    assert collector.thread is None and not collector.baton.held_here()
+
+
+def test_records_within_the_lag_bound_are_served_with_their_lag_histogram():
+    collector, worker = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1, max_policy_lag=2))
+    collector.start()
+    try:
+        _wait_for(lambda: collector.queue.full(), collector.baton)
+        worker.sync_weights(2)
+        batch = collector.next_batch(trainer_version=2)
+        assert {r.policy_version for r in batch.records} == {0}
+        assert batch.metrics["rollout/policy_lag/2"] == 1.0
+        assert batch.metrics["rollout/policy_lag_mean"] == 2.0
+        assert collector.dropped_records == 0
+    finally:
+        collector.stop()
+
+
+def test_the_default_lag_bound_is_the_steady_state_lag_of_the_queue_and_the_update_epochs():
+    assert AsyncRolloutSettings(queue_size=2).lag_bound(update_epochs=3) == 9
+    assert AsyncRolloutSettings(queue_size=2, max_policy_lag=1).lag_bound(update_epochs=3) == 1
+    # two optimizer steps per batch: a batch trained two batches after it was played has lag 4, kept
+    collector, worker = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1), update_epochs=2)
+    collector.start()
+    try:
+        _wait_for(lambda: collector.queue.full(), collector.baton)
+        worker.sync_weights(4)
+        batch = collector.next_batch(trainer_version=4)
+        assert batch.records and collector.dropped_records == 0
+        assert batch.metrics["rollout/policy_lag/4"] == 1.0
+    finally:
+        collector.stop()
+
+
+class ReentryCheckingWorker(VersionStampingWorker):
+    """Test double of the backend: flags any call made while another is in flight (each call
+    sleeps a little to leave room for one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.in_flight = 0
+        self.overlaps = 0
+        self.trainer_calls = 0
+
+    def _enter(self):
+        self.in_flight += 1
+        if self.in_flight > 1:
+            self.overlaps += 1
+        time.sleep(0.002)
+
+    def generate(self, requests, sampling):
+        self._enter()
+        try:
+            return super().generate(requests, sampling)
+        finally:
+            self.in_flight -= 1
+
+    def register_adapter(self, name, path):
+        self._enter()
+        self.trainer_calls += 1
+        self.in_flight -= 1
+
+
+def test_worker_calls_from_both_threads_never_overlap():
+    inner = ReentryCheckingWorker()
+    collector, worker = _collector(inner, AsyncRolloutSettings(queue_size=4))
+    collector.start()
+    try:
+        with collector.baton.lent():  # as during an update: the producer plays meanwhile
+            before = len(inner.calls)
+            for index in range(40):
+                worker.register_adapter(f"ckpt-{index}", "unused")
+                worker.sync_weights(index)
+            produced = len(inner.calls) - before
+    finally:
+        assert collector.stop()
+    assert inner.trainer_calls == 40 and produced > 0  # both threads called in the same period
+    assert inner.overlaps == 0
+
+
+def test_stop_ends_the_producer_at_its_next_worker_call_and_frees_the_arena():
+    class SlowWorker(VersionStampingWorker):
+        def generate(self, requests, sampling):
+            time.sleep(0.05)
+            return super().generate(requests, sampling)
+
+    collector, _ = _collector(SlowWorker(), AsyncRolloutSettings(queue_size=1))
+    collector.start()
+    _wait_for(lambda: len(collector.arena.worker.calls) >= 2, collector.baton)  # mid-batch
+    start = time.monotonic()
+    assert collector.stop()
+    assert time.monotonic() - start < 5.0  # not a whole run of batches
+    assert collector.thread is None and not collector.baton.held_here()
+    assert collector.baton._lock.acquire(blocking=False)  # nobody holds the arena
+
+
+def test_a_producer_failure_is_raised_on_the_trainer_thread():
+    failing = VersionStampingWorker(fail_at=3, fail=RuntimeError("engine core died"))
+    collector, _ = _collector(failing, AsyncRolloutSettings())
+    try:
+        with pytest.raises(RuntimeError, match="engine core died"):
+            for _ in range(5):
+                collector.next_batch(trainer_version=0)
+    finally:
+        collector.stop()
+
+
+def test_settings_name_the_key_and_what_was_expected():
+    with pytest.raises(ValueError, match=r"data.async_rollouts.queue_size: expected an int >= 1, got 0"):
+        AsyncRolloutSettings(queue_size=0)
+    with pytest.raises(ValueError, match=r"data.async_rollouts.max_policy_lag: expected an int >= 1"):
+        AsyncRolloutSettings(max_policy_lag=0)
+
+
+def test_own_copy_worker_serves_the_trained_weights_after_each_sync():
+    from sp_lightning.model import PolicySettings, load_policy
+    from sp_lightning.rollout import HFRolloutWorker
+
+    model, tokenizer = load_policy(PolicySettings())
+    worker = HFRolloutWorker(model, tokenizer, own_copy=True)
+    assert worker.supports_async and not worker.shares_weights
+    worker.sync_weights(0)  # the copy is made at the first sync (after Lightning moved and restored)
+    assert worker.model is not model
+    name, trained = next((n, p) for n, p in model.named_parameters() if p.requires_grad)
+    with torch.no_grad():
+        trained.add_(0.5)  # an optimizer step
+    mine = dict(worker.model.named_parameters())[name]
+    assert not torch.equal(mine, trained)  # the copy keeps the weights it was given until a sync
+    worker.sync_weights(1)
+    assert torch.equal(mine, trained) and worker.policy_version == 1
+    copied = worker._published_key
+    worker.sync_weights(2)  # nothing trained since: no copy
+    assert worker._published_key == copied and torch.equal(mine, trained)
+
+
+def test_hf_backend_on_the_trainers_own_weights_is_refused_for_async(tmp_path):
+    with pytest.raises(ValueError, match=r"data.async_rollouts.enabled: HFRolloutWorker generates with the "
+                                         r"trainer's own model object"):
+        fit_batches("configs/kuhn_poker_tiny.yaml", tmp_path, 1, "--data.async_rollouts.enabled", "true")
+
+
+def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_bound(tmp_path):
+    """Six steps with a validation after the third (the arena and the worker shared with it)."""
+    from sp_lightning.cli import build_from_config, make_trainer
+
+    module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--data.rollout", HF_OWN_COPY,
+                                   "--data.async_rollouts", '{"enabled": true, "queue_size": 1}',
+                                   "--data.eval.games", "8")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from sp_lightning.tensorboard import TensorBoardGames
+
+    keep = KeepBatches()
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    trainer = make_trainer(max_steps=6, val_check_interval=3, num_sanity_val_steps=0, logger=logger,
+                           enable_checkpointing=False, default_root_dir=str(tmp_path),
+                           callbacks=[keep, TensorBoardGames()])
+    trainer.fit(module, datamodule=dm)
+    batches = keep.batches
+    assert trainer.global_step == 6 and dm.worker.policy_version == 6
+    assert "val/tictactoe_v1/win_rate" in trainer.callback_metrics  # validated in the middle
+    logger.experiment.flush()
+    events = EventAccumulator(logger.log_dir, size_guidance={"histograms": 0})
+    events.Reload()
+    assert len(events.Histograms("rollout/policy_lag")) == 6  # one lag histogram a step
+    lags = [step - r.policy_version for step, batch in enumerate(batches) for r in batch.records]
+    assert max(lags) <= 2 and max(lags) >= 1  # played while the trainer stepped, never too old
+    for batch in batches:
+        assert batch.metrics["rollout/running_requests"] > 0
+        assert sum(batch.metrics[f"rollout/policy_lag/{k}"] for k in range(3)) == pytest.approx(1.0)
+    assert dm.batches_played >= 6
+    assert dm.collector.thread is None  # stopped at teardown
+    copy = dict(dm.worker.model.named_parameters())
+    for name, p in module.model.named_parameters():
+        if p.requires_grad:  # the engine's copy holds the weights of the last step
+            assert torch.equal(copy[name], p)
+
+
+def test_async_fit_resumes_from_its_checkpoint(tmp_path):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from sp_lightning.cli import build_from_config, make_trainer
+
+    overrides = ["--data.rollout", HF_OWN_COPY, "--data.async_rollouts.enabled", "true"]
+
+    class WorkerWeightsAtFirstBatch(L.Callback):
+        """The worker copy's weights when the first batch of the fit reaches the trainer."""
+        weights = None
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if self.weights is None:
+                self.weights = {n: p.detach().clone() for n, p in trainer.datamodule.worker.model.named_parameters()}
+
+    def fit(steps: int, ckpt_path=None):
+        module, dm = build_from_config("--config", "configs/kuhn_poker_tiny.yaml", *overrides)
+        last = ModelCheckpoint(dirpath=tmp_path, filename="last", every_n_train_steps=2,
+                               enable_version_counter=False)
+        keep, first_weights = KeepBatches(), WorkerWeightsAtFirstBatch()
+        trainer = make_trainer(max_steps=steps, limit_val_batches=0, logger=False, default_root_dir=str(tmp_path),
+                               callbacks=[last, keep, first_weights])
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+        return trainer, keep.batches, first_weights.weights
+
+    first, _, _ = fit(4)
+    saved = {n: p.detach().clone() for n, p in first.lightning_module.model.named_parameters() if p.requires_grad}
+    resumed, batches, played_by = fit(6, ckpt_path=str(tmp_path / "last.ckpt"))
+    assert resumed.global_step == 6 and len(batches) == 2  # two more steps, not six
+    # the first resumed batch was played by the restored weights (version 4): the worker's copy
+    # held them, not the fresh adapter it was built with
+    assert {r.policy_version for r in batches[0].records} == {4}
+    assert saved and all(torch.equal(played_by[n], p) for n, p in saved.items())
+    assert resumed.datamodule.worker.policy_version == 6
+    assert resumed.datamodule.batches_played >= first.datamodule.batches_played
