@@ -130,7 +130,7 @@ class SerializedWorker:
         object.__setattr__(self, "_inner", worker)
         object.__setattr__(self, "_baton", baton)
         object.__setattr__(self, "_calls", threading.RLock())
-        object.__setattr__(self, "_producer", None)  # the producer thread's ident, set when it starts
+        object.__setattr__(self, "_producer", None)  # the producer thread while it runs, else None
         object.__setattr__(self, "_stopping", threading.Event())  # set by AsyncCollector.stop
 
     @property
@@ -144,7 +144,7 @@ class SerializedWorker:
             return attribute
 
         def serialized(*args, **kwargs):
-            on_producer = threading.get_ident() == self._producer
+            on_producer = self._producer is not None and threading.current_thread() is self._producer
             lend = self._baton.lent() if on_producer else _held()
             with lend, self._calls:
                 if on_producer and self._stopping.is_set():
@@ -215,8 +215,8 @@ class AsyncCollector:
         self.stopping.clear()
         self.error = None
         self.thread = threading.Thread(target=self._produce, name="sp-lightning-rollouts", daemon=True)
+        object.__setattr__(self.arena.worker, "_producer", self.thread)
         self.thread.start()
-        object.__setattr__(self.arena.worker, "_producer", self.thread.ident)
 
     def stop(self, timeout: float = 120.0) -> bool:
         """Stop the producer at its next worker call (the one in flight ends first) and forget
@@ -233,6 +233,8 @@ class AsyncCollector:
         stopped = not self.thread.is_alive()
         self._drain()
         self.thread = None
+        if stopped:
+            self.stopping.clear()
         if self.baton.held_here():
             self.baton.give()
         return stopped
@@ -245,7 +247,6 @@ class AsyncCollector:
             pass
 
     def _produce(self) -> None:
-        object.__setattr__(self.arena.worker, "_producer", threading.get_ident())
         try:
             while not self.stopping.is_set():
                 self.baton.take()
@@ -266,6 +267,8 @@ class AsyncCollector:
                         continue
         except BaseException as error:  # handed to the trainer's thread, which raises it
             self.error = error
+        finally:  # calls from any other thread (validate after fit) are the trainer's again
+            object.__setattr__(self.arena.worker, "_producer", None)
 
     def next_batch(self, trainer_version: int) -> Batch:
         """The next queued batch, its records older than ``max_policy_lag`` versions behind

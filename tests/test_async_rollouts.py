@@ -179,6 +179,13 @@ def test_stop_ends_the_producer_at_its_next_worker_call_and_frees_the_arena():
     assert time.monotonic() - start < 5.0  # not a whole run of batches
     assert collector.thread is None and not collector.baton.held_here()
     assert collector.baton._lock.acquire(blocking=False)  # nobody holds the arena
+    # afterwards a call from any thread (a validate after the fit, on an executor thread whose
+    # ident may be the dead producer's) is served, not stopped
+    from concurrent.futures import ThreadPoolExecutor
+
+    request = collector.arena.worker.calls[0][:1]
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(collector.arena.worker.generate, request, SamplingSettings()).result()
 
 
 def test_a_producer_failure_is_raised_on_the_trainer_thread():
@@ -218,6 +225,23 @@ def test_own_copy_worker_serves_the_trained_weights_after_each_sync():
     copied = worker._published_key
     worker.sync_weights(2)  # nothing trained since: no copy
     assert worker._published_key == copied and torch.equal(mine, trained)
+
+
+def test_own_copy_worker_validates_then_fits(tmp_path):
+    """A standalone validate makes the copy under torch.inference_mode: it must still be a plain
+    tensor copy that later syncs write into (and whose version counters the merged copy reads)."""
+    from sp_lightning.cli import build_from_config, make_trainer
+
+    module, dm = build_from_config("--config", "configs/kuhn_poker_tiny.yaml", "--data.rollout", HF_OWN_COPY,
+                                   "--data.eval.games", "8")
+    trainer = make_trainer(max_steps=2, logger=False, enable_checkpointing=False, default_root_dir=str(tmp_path))
+    trainer.validate(module, datamodule=dm)
+    assert dm.worker.model is not module.model
+    trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path))
+    trainer.fit(module, datamodule=dm)
+    copy = dict(dm.worker.model.named_parameters())
+    assert all(torch.equal(copy[n], p) for n, p in module.model.named_parameters() if p.requires_grad)
 
 
 def test_hf_backend_on_the_trainers_own_weights_is_refused_for_async(tmp_path):

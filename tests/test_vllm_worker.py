@@ -196,6 +196,7 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
                                engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
     try:
         worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))  # the engine is up
+        learner_files = worker._learner.lora_path
         core = worker.llm.llm_engine.engine_core.resources.engine_manager.processes[0]
         killer = threading.Timer(1.0, os.kill, args=(core.pid, signal.SIGKILL))
         long_requests = [ModelRequest("player", [{"role": "user", "content": f"Board {i}"}], LEARNER)
@@ -208,6 +209,7 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
         assert worker.llm is None  # the dead engine was dropped
         (completion,) = worker.generate(_requests([LEARNER])[:1], SamplingSettings(max_new_tokens=2))
         assert completion.completion_ids and worker.llm is not None
+        assert worker._learner.lora_path == learner_files  # reloaded as it was, not saved again
     finally:
         worker.close()
 

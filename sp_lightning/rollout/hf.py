@@ -134,18 +134,20 @@ class HFRolloutWorker(RolloutWorker):
         own weights and there is nothing to copy."""
         if not self.own_copy:
             return
-        if self.model is self.trainer_model:
-            self.model = copy.deepcopy(self.trainer_model)
-            self._merged = None
-        trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
-        key = tuple(p._version for p in trained.values()) + tuple(p.data_ptr() for p in trained.values())
-        if key == self._published_key:
-            return
-        mine = dict(self.model.named_parameters())
-        with torch.no_grad():
+        # never inference tensors (a standalone validate calls this under inference_mode): the
+        # copy is written in place at later syncs and its version counters are read
+        with torch.inference_mode(False), torch.no_grad():
+            if self.model is self.trainer_model:
+                self.model = copy.deepcopy(self.trainer_model)
+                self._merged = None
+            trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
+            key = tuple(p._version for p in trained.values()) + tuple(p.data_ptr() for p in trained.values())
+            if key == self._published_key:
+                return
+            mine = dict(self.model.named_parameters())
             for name, p in trained.items():
                 mine[name].copy_(p)
-        self._published_key = key
+            self._published_key = key
 
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:

@@ -38,7 +38,9 @@ a ``TransientRolloutError`` instead of a hang: vLLM's own monitor notices the de
 waiting ``generate`` blocked on its output queue, so a watcher thread hands that queue vLLM's
 ``EngineDeadError`` (see ``_raising_if_the_engine_dies``). The worker then drops the dead engine,
 and the arena's retry (``data.retry``) starts a new one and plays on; the episodes in flight
-keep their moves (a generate call is all or nothing).
+keep their moves (a generate call is all or nothing). The learner's adapter files stay on disk
+and the new engine loads them as they are: nothing is saved again from the trainer's weights,
+which under asynchronous collection may be mid-update.
 
 The base model comes from where the policy loaded it (a hub name or a local directory); a model
 built in-process (``model: tiny``) is saved once, without its adapter, next to the adapters.
@@ -172,6 +174,7 @@ class VLLMRolloutWorker(RolloutWorker):
         self._next_lora_id = 1
         self._learner = None  # LoRARequest of the learner version the engine holds
         self._learner_version: int | None = None
+        self._learner_in_engine = False  # False after an engine died: its files reload as they are
         self._checkpoints: dict[str, object] = {}  # id -> LoRARequest, loaded in the engine
 
     # ---- engine ------------------------------------------------------------------------------
@@ -184,9 +187,8 @@ class VLLMRolloutWorker(RolloutWorker):
             log.info("vLLM engine up in %.1f s", time.perf_counter() - start)
         return self.llm
 
-    def close(self) -> None:
-        """Shut the engine down (its worker processes and memory) and delete the adapter files
-        this worker wrote (RAM-backed); a later call starts the engine again and rewrites them."""
+    def _shutdown_engine(self) -> None:
+        """Stop the engine and forget what it held; the adapter files stay on disk."""
         if self.llm is not None:
             engine = self.llm.llm_engine
             self.llm = None
@@ -194,6 +196,13 @@ class VLLMRolloutWorker(RolloutWorker):
                                                                       "shutdown", None)
             if shutdown is not None:
                 shutdown()
+        self._checkpoints = {}
+        self._learner_in_engine = False
+
+    def close(self) -> None:
+        """Shut the engine down (its worker processes and memory) and delete the adapter files
+        this worker wrote (RAM-backed); a later call starts the engine again and rewrites them."""
+        self._shutdown_engine()
         if self._learner is not None:
             shutil.rmtree(self._learner.lora_path, ignore_errors=True)
         self._learner, self._learner_version, self._checkpoints = None, None, {}  # gone with the engine
@@ -240,8 +249,17 @@ class VLLMRolloutWorker(RolloutWorker):
     def publish_weights(self) -> None:
         """Write and load the learner's current adapter now (asynchronous collection: on the
         trainer's thread, so the producer's generate never saves weights mid-update). Starts the
-        engine if it is not running, on this thread."""
-        self._learner_request()
+        engine if it is not running, on this thread; an engine found dead is replaced once (no
+        arena retry covers this call)."""
+        for attempt in (1, 2):
+            try:
+                self._engine()
+                with self._raising_if_the_engine_dies():
+                    self._learner_request()
+                return
+            except TransientRolloutError:
+                if attempt == 2:
+                    raise
 
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
@@ -279,16 +297,20 @@ class VLLMRolloutWorker(RolloutWorker):
         if not hasattr(self.model, "peft_config"):
             return None  # no adapter: the learner is the base model, served as it was loaded
         if self._learner is not None and self._learner_version == self.policy_version:
+            if not self._learner_in_engine:  # a new engine after a death: the same files, reloaded
+                self._learner = self._load(self._learner.lora_name, self._learner.lora_path)
+                self._learner_in_engine = True
             return self._learner
         path = os.path.join(self.root, f"learner-v{self.policy_version}-{self._next_lora_id}")
         self.model.save_pretrained(path, selected_adapters=["default"])
         if os.path.isdir(os.path.join(path, "default")):  # peft nests non-default names only
             path = os.path.join(path, "default")
-        previous = self._learner
+        previous, previous_in_engine = self._learner, self._learner_in_engine
         self._learner = self._load(f"learner-v{self.policy_version}", path)
-        self._learner_version = self.policy_version
+        self._learner_version, self._learner_in_engine = self.policy_version, True
         if previous is not None:
-            self.llm.llm_engine.remove_lora(previous.lora_int_id)
+            if previous_in_engine:
+                self.llm.llm_engine.remove_lora(previous.lora_int_id)
             shutil.rmtree(previous.lora_path, ignore_errors=True)
         return self._learner
 
@@ -356,6 +378,7 @@ class VLLMRolloutWorker(RolloutWorker):
         would be. Another vLLM version without these attributes goes unwatched."""
         client = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
         resources, outputs = getattr(client, "resources", None), getattr(client, "outputs_queue", None)
+        pending = getattr(client, "utility_results", None)  # add_lora / remove_lora wait on these
         done = threading.Event()
         if resources is not None and outputs is not None:
             def watch():
@@ -364,16 +387,19 @@ class VLLMRolloutWorker(RolloutWorker):
                         from vllm.v1.engine.exceptions import EngineDeadError
 
                         outputs.put_nowait(EngineDeadError())
+                        for future in list((pending or {}).values()):
+                            if not future.done():
+                                future.set_exception(EngineDeadError())
                         return
 
             threading.Thread(target=watch, daemon=True, name="sp-lightning-vllm-watch").start()
         try:
             yield
         except Exception as err:
-            if not _engine_dead(err):
+            if not (_engine_dead(err) or getattr(resources, "engine_dead", False)):
                 raise
             log.warning("vLLM's engine core died (%s); dropping it, the next call starts a new one", err)
-            self.close()
+            self._shutdown_engine()  # the adapter files stay: the new engine reloads them as they are
             raise TransientRolloutError(f"vLLM's engine core died during a call ({type(err).__name__}: {err}); "
                                         f"a new engine starts at the next call") from err
         finally:
@@ -399,19 +425,20 @@ class VLLMRolloutWorker(RolloutWorker):
         from vllm.inputs import TokensPrompt
 
         prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
-        rows, owners, loras = [], [], []
-        for i, request in enumerate(requests):
-            lora = self._request_of(request.policy)
-            for text in completions[i]:
-                rows.append((prompts[i], self.tokenizer.encode(text, add_special_tokens=False)))
-                owners.append(i)
-                loras.append(lora)
         out: list[list[float]] = [[] for _ in requests]
-        if not rows:
+        if not any(completions[i] for i in range(len(requests))):
             return out
         scoring = self._sampling_params(SamplingSettings(max_new_tokens=1, temperature=1.0),
                                         prompt_logprobs=0)
+        self._engine()  # started before the watch begins, so that the watch sees it
         with self._raising_if_the_engine_dies():
+            rows, owners, loras = [], [], []
+            for i, request in enumerate(requests):
+                lora = self._request_of(request.policy)
+                for text in completions[i]:
+                    rows.append((prompts[i], self.tokenizer.encode(text, add_special_tokens=False)))
+                    owners.append(i)
+                    loras.append(lora)
             outputs = self._engine().generate([TokensPrompt(prompt_token_ids=p + c) for p, c in rows], scoring,
                                               lora_request=loras, use_tqdm=False)
         for (prompt, completion), owner, output in zip(rows, owners, outputs):
