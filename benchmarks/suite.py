@@ -1,7 +1,7 @@
 """The benchmark suite of issue 9, one benchmark after another, each in its own process.
 
     pip install -e ".[bench]"   # trl==1.16.0        # benchmark 3-4's baseline
-    python benchmarks/suite.py       # ~7 min on 2 cores; run it with nothing else on the machine
+    python benchmarks/suite.py       # ~6 min on 2 cores; run it with nothing else on the machine
 
 1. env steps/s per game with bots, against the raw PettingZoo envs behind our adapters
    (bench_env_steps.py);

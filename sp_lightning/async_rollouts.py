@@ -48,6 +48,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -125,13 +126,17 @@ class SerializedWorker:
 
     _CALLS = ("generate", "completion_logprobs", "register_adapter", "forget_adapter", "close")
 
-    def __init__(self, worker, baton: ArenaBaton):
+    def __init__(self, worker, baton: ArenaBaton, stopping: threading.Event):
         # underscored: every other name is looked up on the worker itself
         object.__setattr__(self, "_inner", worker)
         object.__setattr__(self, "_baton", baton)
         object.__setattr__(self, "_calls", threading.RLock())
         object.__setattr__(self, "_producer", None)  # the producer thread while it runs, else None
-        object.__setattr__(self, "_stopping", threading.Event())  # set by AsyncCollector.stop
+        object.__setattr__(self, "_stopping", stopping)  # set by AsyncCollector.stop
+
+    def bind_producer(self, thread: threading.Thread | None) -> None:
+        """The thread whose calls lend the arena and end once stopping (None: no producer)."""
+        object.__setattr__(self, "_producer", thread)
 
     @property
     def inner(self):
@@ -175,26 +180,28 @@ class ProducerStopped(Exception):
 class AsyncCollector:
     """The producer thread, its queue and the lag filter of asynchronous collection.
 
+    It serves the arena's worker to both threads: ``arena.worker`` becomes ``self.worker``, a
+    SerializedWorker on the collector's baton (hand the same to the trainer, with
+    ``baton.lent`` as the context of its update).
+
     Args:
-        arena: The arena whose ``step`` plays each batch (its worker must be a SerializedWorker
-            on ``baton``).
+        arena: The arena whose ``step`` plays each batch.
         settings: Queue size and lag bound.
-        update_epochs: Optimizer steps per batch (``model.update_epochs``), for the default bound.
         batch_rng: The random stream of batch ``i`` (the synchronous loop's, so a batch's games
             depend on its index only).
-        baton: The arena's baton, shared with the worker.
+        update_epochs: Optimizer steps per batch (``model.update_epochs``), for the default bound.
     """
 
-    def __init__(self, arena: Arena, settings: AsyncRolloutSettings, batch_rng: Callable, baton: ArenaBaton,
-                 update_epochs: int = 1):
+    def __init__(self, arena: Arena, settings: AsyncRolloutSettings, batch_rng: Callable, update_epochs: int = 1):
         self.arena = arena
         self.settings = settings
         self.max_policy_lag = settings.lag_bound(update_epochs)
         self.batch_rng = batch_rng
-        self.baton = baton
+        self.baton = ArenaBaton()
+        self.stopping = threading.Event()  # shared with the worker: its calls see it
+        self.worker = arena.worker = SerializedWorker(arena.worker, self.baton, self.stopping)
         self.queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self.thread: threading.Thread | None = None
-        self.stopping = arena.worker._stopping  # shared with the worker: its calls see it
         self.dropped_records = 0
         self.dropped_batches = 0  # batches of which every record was too old
         self.error: BaseException | None = None  # the producer's, raised on the trainer's thread
@@ -211,11 +218,11 @@ class AsyncCollector:
             return
         if not self.baton.held_here():
             self.baton.take()
-        self.arena.worker.sync_weights(self.arena.worker.policy_version)
+        self.worker.sync_weights(self.worker.policy_version)
         self.stopping.clear()
         self.error = None
         self.thread = threading.Thread(target=self._produce, name="sp-lightning-rollouts", daemon=True)
-        object.__setattr__(self.arena.worker, "_producer", self.thread)
+        self.worker.bind_producer(self.thread)
         self.thread.start()
 
     def stop(self, timeout: float = 120.0) -> bool:
@@ -268,7 +275,7 @@ class AsyncCollector:
         except BaseException as error:  # handed to the trainer's thread, which raises it
             self.error = error
         finally:  # calls from any other thread (validate after fit) are the trainer's again
-            object.__setattr__(self.arena.worker, "_producer", None)
+            self.worker.bind_producer(None)
 
     def next_batch(self, trainer_version: int) -> Batch:
         """The next queued batch, its records older than ``max_policy_lag`` versions behind
@@ -282,19 +289,16 @@ class AsyncCollector:
         while True:
             start = time.perf_counter()
             with self.baton.lent():  # the producer plays while this thread waits
-                item = self._get()
+                batch = self._get()
             waited += time.perf_counter() - start
-            batch: Batch = item
             lags = [trainer_version - r.policy_version for r in batch.records]
             kept = [r for r, lag in zip(batch.records, lags) if lag <= self.max_policy_lag]
-            dropped = len(batch.records) - len(kept)
-            self.dropped_records += dropped
+            self.dropped_records += len(batch.records) - len(kept)
             if batch.records and not kept:
                 self.dropped_batches += 1
                 continue
-            batch.records = kept
-            batch.policy_lags = lags
-            batch.metrics.update(self._metrics(lags, dropped, depth, waited, batch.metrics.pop("rollout/produced_at")))
+            batch.records, batch.policy_lags = kept, lags
+            batch.metrics.update(self._metrics(lags, depth, waited, batch.metrics.pop("rollout/produced_at")))
             return batch
 
     def _get(self):
@@ -308,8 +312,7 @@ class AsyncCollector:
                     raise RuntimeError("asynchronous rollouts: the producer thread stopped without a batch "
                                        "or an error (was the collector stopped?)") from None
 
-    def _metrics(self, lags: list[int], dropped: int, depth: int, waited: float,
-                 produced_at: float) -> dict[str, float]:
+    def _metrics(self, lags: list[int], depth: int, waited: float, produced_at: float) -> dict[str, float]:
         """Queue depth (batches ready when the trainer asked, before any was dropped), the
         trainer's wait, the mean and largest lag of the records kept, and the batch's
         policy-lag histogram: the fraction of its records at each lag 0..max_policy_lag
@@ -317,6 +320,8 @@ class AsyncCollector:
         bound = self.max_policy_lag
         n = max(len(lags), 1)
         kept = [lag for lag in lags if lag <= bound]
+        dropped = len(lags) - len(kept)
+        counts = Counter(kept)
         metrics = {
             "rollout/queue_depth": float(depth),
             "rollout/wait_seconds": waited,
@@ -329,6 +334,6 @@ class AsyncCollector:
             metrics["rollout/policy_lag_mean"] = sum(kept) / len(kept)
             metrics["rollout/policy_lag_max"] = float(max(kept))
         for k in range(bound + 1):
-            metrics[f"rollout/policy_lag/{k}"] = sum(1 for lag in lags if lag == k) / n
+            metrics[f"rollout/policy_lag/{k}"] = counts[k] / n
         metrics["rollout/policy_lag/dropped"] = dropped / n
         return metrics

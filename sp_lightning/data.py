@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena, seeded_rng
-from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings, SerializedWorker
+from sp_lightning.async_rollouts import AsyncCollector, AsyncRolloutSettings
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
@@ -215,13 +215,11 @@ class SelfPlayDataModule(L.LightningDataModule):
                 f"its own (data.rollout.init_args.own_copy: true for HFRolloutWorker), use an engine with its "
                 f"own weights (sp_lightning.rollout.VLLMRolloutWorker or ServerRolloutWorker), or set "
                 f"enabled: false")
-        baton = ArenaBaton()
-        self.worker = SerializedWorker(self.worker, baton)
-        self.arena.worker = self.worker
-        module.attach_rollout_worker(self.worker, overlap=baton.lent)
         self.collector = AsyncCollector(self.arena, self.async_rollouts,
-                                        lambda index: seeded_rng(self.seed, rank, batch=index), baton,
-                                        update_epochs=getattr(module, "update_epochs", 1))
+                                        lambda index: seeded_rng(self.seed, rank, batch=index),
+                                        update_epochs=module.update_epochs)
+        self.worker = self.collector.worker  # the arena's too
+        module.attach_rollout_worker(self.worker, overlap=self.collector.baton.lent)
 
     def build_arena(self, module, rank: int = 0) -> Arena:
         """Give the arena the engine it plays with (the rollout worker built on ``module``'s model,

@@ -217,8 +217,8 @@ def policy_gradient_loss(
     if behaviour_logprobs is not None:
         if tis_cap is None or tis_cap <= 0:
             raise ValueError(f"behaviour_logprobs need tis_cap > 0, got {tis_cap!r}")
-        drift = torch.where(keep, old_logprobs - behaviour_logprobs, zeros).detach()  # (B, T)
-        tis_weight = drift.exp().clamp(max=tis_cap)  # (B, T)
+        raw_weight = torch.where(keep, old_logprobs - behaviour_logprobs, zeros).detach().exp()  # (B, T)
+        tis_weight = raw_weight.clamp(max=tis_cap)  # (B, T)
         pg_token_loss = tis_weight * pg_token_loss
 
     def aggregate(token_loss: Tensor) -> Tensor:
@@ -257,5 +257,5 @@ def policy_gradient_loss(
             stats["entropy"] = masked_mean(entropy.detach(), mask)
         if tis_weight is not None:
             stats["tis_weight_mean"] = masked_mean(tis_weight, mask)
-            stats["tis_truncated_fraction"] = masked_mean((drift.exp() > tis_cap).to(mask.dtype), mask)
+            stats["tis_truncated_fraction"] = masked_mean((raw_weight > tis_cap).to(mask.dtype), mask)
     return loss, stats

@@ -131,21 +131,18 @@ class TensorBoardGames(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if not trainer.is_global_zero:
+        writer = self._writer(trainer) if trainer.is_global_zero else None
+        if writer is None:
             return
-        last = getattr(pl_module, "last_batch", None)
-        lags = getattr(last, "policy_lags", None)
+        lags = getattr(getattr(pl_module, "last_batch", None), "policy_lags", None)
         if lags:  # asynchronous collection: the batch's policy lags, every step
-            writer = self._writer(trainer)
-            if writer is not None:
-                import torch
+            import torch
 
-                writer.add_histogram("rollout/policy_lag", torch.tensor(lags, dtype=torch.float32), step)
+            writer.add_histogram("rollout/policy_lag", torch.tensor(lags, dtype=torch.float32), step)
         if step % self.every and step != 1:  # step 1: a game at once
             return
-        writer = self._writer(trainer)
         rollout = pick_game(getattr(pl_module, "last_rollouts", []))
-        if writer is not None and rollout is not None:
+        if rollout is not None:
             writer.add_text("games/decoded", game_markdown(rollout, pl_module.tokenizer), step)
 
 

@@ -125,3 +125,29 @@ class ScriptedOpenAIServer:
     def close(self):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def free_ports(count: int = 1) -> list[int]:
+    """Loopback ports nothing listens on: bound all at once (so none is handed out twice), then
+    released."""
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def tensorboard_events(logdir):
+    """Every scalar and histogram of the TensorBoard run in ``logdir`` (one version folder)."""
+    import glob
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (run,) = glob.glob(f"{logdir}/version_*") or [str(logdir)]
+    events = EventAccumulator(run, size_guidance={"scalars": 0, "histograms": 0})
+    events.Reload()
+    return events

@@ -17,11 +17,11 @@ import torch
 
 from envs import make_bots
 from sp_lightning.arena import Arena, seeded_rng
-from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings, SerializedWorker
+from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings
 from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.sources import GameMix
-from tests.helpers import KeepBatches, ScriptedWorker, fit_batches
+from tests.helpers import KeepBatches, ScriptedWorker, fit_batches, tensorboard_events
 
 HF_OWN_COPY = '{"class_path": "sp_lightning.rollout.HFRolloutWorker", "init_args": {"own_copy": true}}'
 
@@ -48,13 +48,11 @@ class VersionStampingWorker(ScriptedWorker):
 
 def _collector(worker, settings: AsyncRolloutSettings, update_epochs: int = 1):
     game = GameSettings(id="tictactoe_v1", opponents={"learner": 0.5, "bot:random": 0.5})
-    baton = ArenaBaton()
-    served = SerializedWorker(worker, baton)
-    arena = Arena(served, SamplingSettings(), bots=make_bots(0), source=GameMix([game], FixedMix()),
+    arena = Arena(worker, SamplingSettings(), bots=make_bots(0), source=GameMix([game], FixedMix()),
                   episodes_per_batch=4)
-    collector = AsyncCollector(arena, settings, lambda index: seeded_rng(0, 0, batch=index), baton,
+    collector = AsyncCollector(arena, settings, lambda index: seeded_rng(0, 0, batch=index),
                                update_epochs=update_epochs)
-    return collector, served
+    return collector, collector.worker
 
 
 def _wait_for(condition, baton: ArenaBaton, timeout: float = 60.0) -> None:
@@ -147,6 +145,12 @@ class ReentryCheckingWorker(VersionStampingWorker):
         self.trainer_calls += 1
         self.in_flight -= 1
 
+    def sync_weights(self, version):
+        self._enter()
+        super().sync_weights(version)
+        self.trainer_calls += 1
+        self.in_flight -= 1
+
 
 def test_worker_calls_from_both_threads_never_overlap():
     inner = ReentryCheckingWorker()
@@ -154,14 +158,14 @@ def test_worker_calls_from_both_threads_never_overlap():
     collector.start()
     try:
         with collector.baton.lent():  # as during an update: the producer plays meanwhile
-            before = len(inner.calls)
+            before, trainer_before = len(inner.calls), inner.trainer_calls
             for index in range(40):
                 worker.register_adapter(f"ckpt-{index}", "unused")
                 worker.sync_weights(index)
             produced = len(inner.calls) - before
     finally:
         assert collector.stop()
-    assert inner.trainer_calls == 40 and produced > 0  # both threads called in the same period
+    assert inner.trainer_calls - trainer_before == 80 and produced > 0  # both threads, the same period
     assert inner.overlaps == 0
 
 
@@ -174,9 +178,11 @@ def test_stop_ends_the_producer_at_its_next_worker_call_and_frees_the_arena():
     collector, _ = _collector(SlowWorker(), AsyncRolloutSettings(queue_size=1))
     collector.start()
     _wait_for(lambda: len(collector.arena.worker.calls) >= 2, collector.baton)  # mid-batch
+    calls_at_stop = len(collector.arena.worker.calls)
     start = time.monotonic()
     assert collector.stop()
     assert time.monotonic() - start < 5.0  # not a whole run of batches
+    assert len(collector.arena.worker.calls) <= calls_at_stop + 1  # at most the call in flight, not the batch
     assert collector.thread is None and not collector.baton.held_here()
     assert collector.baton._lock.acquire(blocking=False)  # nobody holds the arena
     # afterwards a call from any thread (a validate after the fit, on an executor thread whose
@@ -258,29 +264,32 @@ def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_boun
                                    "--data.async_rollouts", '{"enabled": true, "queue_size": 1}',
                                    "--data.eval.games", "8")
     from lightning.pytorch.loggers import TensorBoardLogger
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from sp_lightning.tensorboard import TensorBoardGames
 
-    keep = KeepBatches()
+    class ValidationSteps(L.Callback):
+        steps: list[int] = []
+
+        def on_validation_end(self, trainer, pl_module):
+            self.steps.append(trainer.global_step)
+
+    keep, validations = KeepBatches(), ValidationSteps()
     logger = TensorBoardLogger(str(tmp_path), name="tb")
     trainer = make_trainer(max_steps=6, val_check_interval=3, num_sanity_val_steps=0, logger=logger,
                            enable_checkpointing=False, default_root_dir=str(tmp_path),
-                           callbacks=[keep, TensorBoardGames()])
+                           callbacks=[keep, validations, TensorBoardGames()])
     trainer.fit(module, datamodule=dm)
     batches = keep.batches
     assert trainer.global_step == 6 and dm.worker.policy_version == 6
-    assert "val/tictactoe_v1/win_rate" in trainer.callback_metrics  # validated in the middle
+    assert 3 in validations.steps  # validated in the middle, with the producer running
+    assert "val/tictactoe_v1/win_rate" in trainer.callback_metrics
     logger.experiment.flush()
-    events = EventAccumulator(logger.log_dir, size_guidance={"histograms": 0})
-    events.Reload()
-    assert len(events.Histograms("rollout/policy_lag")) == 6  # one lag histogram a step
+    assert len(tensorboard_events(logger.log_dir).Histograms("rollout/policy_lag")) == 6  # one a step
     lags = [step - r.policy_version for step, batch in enumerate(batches) for r in batch.records]
     assert max(lags) <= 2 and max(lags) >= 1  # played while the trainer stepped, never too old
     for batch in batches:
         assert batch.metrics["rollout/running_requests"] > 0
         assert sum(batch.metrics[f"rollout/policy_lag/{k}"] for k in range(3)) == pytest.approx(1.0)
-    assert dm.batches_played >= 6
     assert dm.collector.thread is None  # stopped at teardown
     copy = dict(dm.worker.model.named_parameters())
     for name, p in module.model.named_parameters():

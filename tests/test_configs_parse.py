@@ -1,6 +1,8 @@
 """Every shipped config parses: each key is one the CLI knows, each class path resolves and its
 arguments fit (``--print_config`` parses the whole config without building or running it). The
-configs that run here are also run by their own tests; this also covers the GPU config."""
+configs that run here are also run by their own tests; this parses the GPU config too. It does
+not build the settings, so their own checks (``__post_init__``, the workers' constructors) are
+left to the runs and to tests/test_config_errors.py."""
 
 import glob
 import os

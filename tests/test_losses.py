@@ -370,6 +370,7 @@ def test_truncated_importance_sampling_weights_each_token_by_the_capped_trainer_
     logprobs = torch.randn(3, 4, requires_grad=True)
     old = logprobs.detach() + 0.05 * torch.randn(3, 4)
     behaviour = old - torch.tensor([[0.0, 0.1, 1.5, -0.2]]).expand(3, 4)  # token 2: exp(1.5) > cap
+    behaviour.requires_grad_()  # a weight that were not detached would pass gradient to it
     advantages = torch.tensor([1.0, -0.5, 2.0])
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 1]], dtype=torch.float)
     plain, _ = policy_gradient_loss(logprobs, old, advantages, mask)
@@ -384,6 +385,8 @@ def test_truncated_importance_sampling_weights_each_token_by_the_capped_trainer_
     assert stats["tis_truncated_fraction"].item() == pytest.approx(3 / 10)  # the masked-in token-2 cells
     grad_tis, = torch.autograd.grad(loss, logprobs)
     grad_expected, = torch.autograd.grad(expected, logprobs)
-    torch.testing.assert_close(grad_tis, grad_expected)  # the weight itself carries no gradient
+    torch.testing.assert_close(grad_tis, grad_expected)
+    grad_behaviour, = torch.autograd.grad(loss, behaviour, allow_unused=True)
+    assert grad_behaviour is None  # the weight itself carries no gradient
     with pytest.raises(ValueError, match="tis_cap > 0"):
         policy_gradient_loss(logprobs, old, advantages, mask, behaviour_logprobs=behaviour)

@@ -204,7 +204,7 @@ def test_update_epochs_take_several_optimizer_steps_on_each_batch(tmp_path):
         SelfPlayModule(update_epochs=0)
 
 
-def test_importance_sampling_is_on_exactly_for_a_sampler_that_is_not_the_trainer(tiny_policy, tmp_path):
+def test_importance_sampling_is_on_exactly_for_a_sampler_that_is_not_the_trainer(tmp_path):
     """auto: off for the HF worker (it generates with the trainer's own model), on for vLLM (its
     own engine); on / off force it; the setting is checked."""
     from sp_lightning.rollout import HFRolloutWorker, VLLMRolloutWorker
@@ -217,6 +217,9 @@ def test_importance_sampling_is_on_exactly_for_a_sampler_that_is_not_the_trainer
     assert module._uses_importance_sampling()  # the engine is never started: a config object here
     module.loss_settings = LossSettings(importance_sampling="off")
     assert not module._uses_importance_sampling()
+    module.loss_settings = LossSettings(importance_sampling="on")
+    module.attach_rollout_worker(HFRolloutWorker(module.model, module.tokenizer))
+    assert module._uses_importance_sampling()  # forced on, even for the trainer's own weights
     with pytest.raises(ValueError, match="loss.importance_sampling"):
         LossSettings(importance_sampling="sometimes")
     with pytest.raises(ValueError, match="loss.tis_cap"):

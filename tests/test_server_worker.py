@@ -3,7 +3,6 @@ failing with an error that names its URL (the vLLM servers themselves are exerci
 tests/test_vllm_worker.py)."""
 
 import os
-import socket
 
 import pytest
 
@@ -11,13 +10,12 @@ from sp_lightning.rollout import RetrySettings, SamplingSettings
 from sp_lightning.rollout.base import RolloutFailed, TransientRolloutError, generate_with_retries
 from sp_lightning.rollout.server import ServerRolloutWorker
 from sp_lightning.types import ModelRequest, PolicyRef
+from tests.helpers import free_ports
 
 
 def _closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on."""
+    return free_ports(1)[0]
 
 
 def test_settings_are_checked(tiny_policy):

@@ -6,6 +6,7 @@ config checks at the bottom need no engine and run in the main environment too.
 """
 
 import os
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch
 from sp_lightning.model import LoraSettings, PolicySettings
 from sp_lightning.rollout import SamplingSettings, VLLMRolloutWorker
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
+from tests.helpers import free_ports, tensorboard_events
 
 LOGPROB_TOLERANCE = 1e-4
 """vLLM's processed logprobs against the trainer's of the same tokens and weights (float32 both;
@@ -39,20 +41,36 @@ def _perturb_adapter(model, std: float, seed: int) -> None:
 
 def _trainer_logprobs(module, completions, temperature=1.0):
     """The trainer's logprobs of each completion's tokens (SelfPlayModule.sequence_logprobs on
-    the collated records, as a training step computes them)."""
+    the collated records, as a training step computes them, dividing the logits by the sampling
+    temperature: scripted here, read from the DataModule's sampling in a fit)."""
     from sp_lightning.module import collate
     from sp_lightning.types import TrainingRecord
 
     records = [TrainingRecord(c.prompt_ids, c.completion_ids, c.logprobs, 0.0, 0.0, [1] * len(c.completion_ids))
                for c in completions]
     batch = collate(records, module.tokenizer.pad_token_id)
-    with torch.no_grad():
-        if temperature == 1.0:
+    module._sampling_temperature = lambda: temperature
+    try:
+        with torch.no_grad():
             logprobs, _ = module.sequence_logprobs(batch)
-        else:
-            _, logits = module.sequence_logprobs(batch)
-            logprobs = torch.log_softmax(logits / temperature, -1).gather(-1, batch.targets.unsqueeze(-1))[..., 0]
+    finally:
+        del module._sampling_temperature  # the method again
     return [logprobs[row, logprobs.shape[1] - len(c.completion_ids):].tolist() for row, c in enumerate(completions)]
+
+
+@contextmanager
+def _adapter_as(model, std: float, seed: int):
+    """The learner's adapter moved off zero with ``seed`` (another policy's weights) for the
+    block, then restored."""
+    saved = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+    _perturb_adapter(model, std, seed)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n in saved:
+                    p.copy_(saved[n])
 
 
 @pytest.fixture(scope="module")
@@ -118,13 +136,8 @@ def test_learner_checkpoint_and_base_share_one_generate_call(served, tmp_path):
     """A league game's seats: the learner, a saved checkpoint (another adapter) and the base
     model, mixed in one call; each row's logprobs are its own policy's."""
     module, worker = served
-    learner_state = {n: p.detach().clone() for n, p in module.model.named_parameters() if "lora_" in n}
-    _perturb_adapter(module.model, 0.5, seed=3)
-    module.model.save_pretrained(str(tmp_path / "ckpt"))
-    with torch.no_grad():
-        for n, p in module.model.named_parameters():
-            if n in learner_state:
-                p.copy_(learner_state[n])
+    with _adapter_as(module.model, 0.5, seed=3):
+        module.model.save_pretrained(str(tmp_path / "ckpt"))
     worker.register_adapter("step-7", str(tmp_path / "ckpt"))
     policies = [LEARNER, PolicyRef("checkpoint", "step-7"), PolicyRef("base")] * 2
     completions = worker.generate(_requests(policies), SamplingSettings(max_new_tokens=3, temperature=1.0))
@@ -136,25 +149,23 @@ def test_learner_checkpoint_and_base_share_one_generate_call(served, tmp_path):
         base = _trainer_logprobs(module, base_rows)
     assert max(abs(a - b) for c, t in zip(base_rows, base) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
     ckpt_rows = [c for c in completions if c.policy.kind == "checkpoint"]
-    with torch.no_grad():
-        _perturb_adapter(module.model, 0.5, seed=3)
+    with _adapter_as(module.model, 0.5, seed=3):
         checkpoint_model_logprobs = _trainer_logprobs(module, ckpt_rows)
-        for n, p in module.model.named_parameters():
-            if n in learner_state:
-                p.copy_(learner_state[n])
     assert max(abs(a - b) for c, t in zip(ckpt_rows, checkpoint_model_logprobs)
                for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
     assert all(c.policy_version == 0 for c in ckpt_rows + base_rows)
 
 
 def test_a_league_game_plays_two_adapters_in_one_engine(served, tmp_path):
-    """A real Tic-Tac-Toe game through the arena: the learner against a checkpoint adapter."""
+    """A real Tic-Tac-Toe game through the arena: the learner against a checkpoint adapter of
+    other weights, each seat's moves sampled from its own adapter."""
     from envs import make_bots
     from sp_lightning.arena import Arena
     from sp_lightning.games import GameSettings
 
     module, worker = served
-    module.model.save_pretrained(str(tmp_path / "rival"))
+    with _adapter_as(module.model, 0.5, seed=5):
+        module.model.save_pretrained(str(tmp_path / "rival"))
     worker.register_adapter("rival", str(tmp_path / "rival"))
     game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"})
     arena = Arena(worker, SamplingSettings(max_new_tokens=2, temperature=1.0), bots=make_bots(0))
@@ -163,6 +174,13 @@ def test_a_league_game_plays_two_adapters_in_one_engine(served, tmp_path):
     played = {step.completion.policy for r in rollouts for step in r.steps}
     assert played == {LEARNER, PolicyRef("checkpoint", "rival")}
     assert all(step.completion.completion_ids for r in rollouts for step in r.steps)
+    rival_moves = [step.completion for r in rollouts for step in r.steps if step.completion.policy.kind == "checkpoint"]
+    with _adapter_as(module.model, 0.5, seed=5):
+        as_rival = _trainer_logprobs(module, rival_moves)
+    as_learner = _trainer_logprobs(module, rival_moves)
+    gap = lambda reference: max(abs(a - b) for c, t in zip(rival_moves, reference)  # noqa: E731
+                                for a, b in zip(c.logprobs, t))
+    assert gap(as_rival) < LOGPROB_TOLERANCE < gap(as_learner)  # the rival's own weights, not the learner's
 
 
 def test_an_adapter_vllm_cannot_serve_is_refused_and_the_engine_lives(served, tmp_path):
@@ -175,8 +193,6 @@ def test_an_adapter_vllm_cannot_serve_is_refused_and_the_engine_lives(served, tm
         worker.generate(_requests([PolicyRef("checkpoint", "broken")]), SamplingSettings(max_new_tokens=1))
     assert worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))[0].completion_ids
 
-
-# ---- configuration checks: no engine needed ---------------------------------------------------
 
 def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_engine_serves(tmp_path):
     """SIGKILL the engine core process while a long generate runs: the call raises a
@@ -214,48 +230,31 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
         worker.close()
 
 
-def test_trainable_token_rows_are_refused_with_the_key_to_change(tiny_policy):
-    from sp_lightning.model import load_policy
+# ---- fit with the vLLM config -----------------------------------------------------------------
 
-    model, tok = load_policy(PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])))
-    with pytest.raises(ValueError, match="policy.lora.trainable_tokens: null"):
-        VLLMRolloutWorker(model, tok)
+def _fit_vllm_config(tmp_path, steps: int, *overrides: str):
+    """``sp-lightning fit --config configs/tictactoe_vllm_tiny.yaml`` for ``steps`` steps (no
+    validation, no checkpoints, every step logged), in a process of its own; returns its
+    TensorBoard events."""
+    import subprocess
+    import sys
 
-
-def test_lm_head_lora_and_bad_ranks_are_refused(tiny_policy, tmp_path):
-    from sp_lightning.model import load_policy
-
-    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16, target_modules=["q_proj", "lm_head"])))
-    with pytest.raises(ValueError, match=r"LoRA on \['lm_head'\]"):
-        VLLMRolloutWorker(model, tok)
-    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16)))
-    with pytest.raises(ValueError, match="rollout.max_lora_rank: expected one of"):
-        VLLMRolloutWorker(model, tok, max_lora_rank=12)
-    with pytest.raises(ValueError, match="below the learner's LoRA rank 16"):
-        VLLMRolloutWorker(model, tok, max_lora_rank=8)
-    assert VLLMRolloutWorker(model, tok, adapter_dir=str(tmp_path)).max_lora_rank == 16
+    pytest.importorskip("vllm")
+    command = [sys.executable, "-m", "sp_lightning.cli", "fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
+               "--trainer.max_steps", str(steps), "--trainer.log_every_n_steps", "1",
+               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
+               "--trainer.callbacks", "[]", "--trainer.enable_checkpointing", "false",
+               "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0", *overrides]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return tensorboard_events(tmp_path / "tb")
 
 
 def test_fit_with_the_vllm_config_serves_a_new_learner_version_every_step(tmp_path):
     """``sp-lightning fit --config configs/tictactoe_vllm_tiny.yaml``, four steps: each batch is
     played by the version the previous optimizer step made, loaded into the engine as a new
     adapter (its load time logged), and trained with the importance correction."""
-    import glob
-    import subprocess
-    import sys
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    pytest.importorskip("vllm")
-    command = [sys.executable, "-m", "sp_lightning.cli", "fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
-               "--trainer.max_steps", "4", "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "1",
-               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
-               "--trainer.callbacks", "[]", "--trainer.enable_checkpointing", "false",
-               "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert done.returncode == 0, done.stderr[-3000:]
-    events = EventAccumulator(glob.glob(str(tmp_path / "tb" / "version_*"))[0], size_guidance={"scalars": 0})
-    events.Reload()
+    events = _fit_vllm_config(tmp_path, 4)
     versions = [e.value for e in events.Scalars("rollout/policy_version")]
     assert versions == [0.0, 1.0, 2.0, 3.0]
     assert all(e.value > 0 for e in events.Scalars("rollout/adapter_load_seconds"))
@@ -269,23 +268,8 @@ def test_async_fit_plays_on_vllm_while_the_trainer_steps_within_the_lag_bound(tm
     """The same config with ``data.async_rollouts``: batches are played by the engine while the
     trainer steps, so records reach the trainer one or two versions old (never more than
     ``max_policy_lag``), and the importance weights correct for it."""
-    import glob
-    import subprocess
-    import sys
-
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    pytest.importorskip("vllm")
-    command = [sys.executable, "-m", "sp_lightning.cli", "fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
-               "--trainer.max_steps", "5", "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "1",
-               "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
-               "--trainer.callbacks", "[]", "--trainer.enable_checkpointing", "false",
-               "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0",
-               "--data.async_rollouts", '{"enabled": true, "queue_size": 1, "max_policy_lag": 2}']
-    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert done.returncode == 0, done.stderr[-3000:]
-    events = EventAccumulator(glob.glob(str(tmp_path / "tb" / "version_*"))[0], size_guidance={"scalars": 0})
-    events.Reload()
+    events = _fit_vllm_config(tmp_path, 5, "--data.async_rollouts",
+                              '{"enabled": true, "queue_size": 1, "max_policy_lag": 2}')
     lags = [e.value for e in events.Scalars("rollout/policy_lag_max")]
     assert len(lags) == 5 and max(lags) <= 2 and max(lags) >= 1
     assert all(e.value == 0 for e in events.Scalars("rollout/dropped_records_total"))
@@ -293,24 +277,13 @@ def test_async_fit_plays_on_vllm_while_the_trainer_steps_within_the_lag_bound(tm
         assert events.Scalars(name), name
     weights = [e.value for e in events.Scalars("train/tis_weight_mean")]
     assert all(0 < w <= 2.0 for w in weights)  # the cap, loss.tis_cap
-    histograms = EventAccumulator(events.path, size_guidance={"histograms": 0})
-    histograms.Reload()
-    assert len(histograms.Histograms("rollout/policy_lag")) == 5
+    # a record played by an older version differs from what the trainer computes now (unlike the
+    # synchronous fit's few 1e-6): that gap is what the weights correct
+    assert max(e.value for e in events.Scalars("train/sampler_mismatch")) > LOGPROB_TOLERANCE
+    assert len(events.Histograms("rollout/policy_lag")) == 5
 
 
 # ---- the remote backend against real vLLM servers on loopback ---------------------------------
-
-def _free_ports(count: int) -> list[int]:
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:  # all bound at once, so no port is handed out twice
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
 
 def _start_server(base_dir: str, port: int, log_path: str):
     """vLLM's OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``: the
@@ -351,7 +324,7 @@ def servers(served, tmp_path_factory):
     module, worker = served
     base_dir = worker._base_model_path()
     root = tmp_path_factory.mktemp("servers")
-    ports = _free_ports(2)
+    ports = free_ports(2)
     logs = [str(root / f"server{k}.log") for k in range(2)]
     processes = [_start_server(base_dir, port, log) for port, log in zip(ports, logs)]
     try:
@@ -399,7 +372,31 @@ def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versio
         remote.close()
 
 
-def test_a_policy_that_trains_every_weight_is_refused(tiny_policy):
+# ---- configuration checks: no engine needed ---------------------------------------------------
+
+def test_trainable_token_rows_are_refused_with_the_key_to_change():
+    from sp_lightning.model import load_policy
+
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(trainable_tokens=["moves"])))
+    with pytest.raises(ValueError, match="policy.lora.trainable_tokens: null"):
+        VLLMRolloutWorker(model, tok)
+
+
+def test_lm_head_lora_and_bad_ranks_are_refused(tmp_path):
+    from sp_lightning.model import load_policy
+
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16, target_modules=["q_proj", "lm_head"])))
+    with pytest.raises(ValueError, match=r"LoRA on \['lm_head'\]"):
+        VLLMRolloutWorker(model, tok)
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16)))
+    with pytest.raises(ValueError, match="rollout.max_lora_rank: expected one of"):
+        VLLMRolloutWorker(model, tok, max_lora_rank=12)
+    with pytest.raises(ValueError, match="below the learner's LoRA rank 16"):
+        VLLMRolloutWorker(model, tok, max_lora_rank=8)
+    assert VLLMRolloutWorker(model, tok, adapter_dir=str(tmp_path)).max_lora_rank == 16
+
+
+def test_a_policy_that_trains_every_weight_is_refused():
     from sp_lightning.model import load_policy
 
     model, tok = load_policy(PolicySettings(lora=None))

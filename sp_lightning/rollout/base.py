@@ -78,6 +78,11 @@ class RolloutWorker(ABC):
         that a generation on the producer thread never reads weights the optimizer is changing.
         A backend that generates with the trainer's own weights has nothing to do."""
 
+    def version_of(self, policy) -> int:
+        """The weight version a completion of ``policy`` is stamped with: the learner's current
+        one; other policies' weights never change (0)."""
+        return self.policy_version if policy.kind == "learner" else 0
+
 
 # ---- plumbing every backend shares ------------------------------------------------------------
 
@@ -94,6 +99,33 @@ def refuse_too_long(requests: list[ModelRequest], prompts: list[list[int]],
         else:
             sendable.append(i)
     return results, sendable
+
+
+def checked_max_prompt_tokens(value: int | None) -> int | None:
+    """``rollout.max_prompt_tokens``, checked: an int >= 1, or None (the context decides)."""
+    if value is not None and value < 1:
+        raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {value}")
+    return value
+
+
+def context_length(model, max_model_len: int | None = None) -> int | None:
+    """The context a backend serves: ``max_model_len`` when set, else the model's own."""
+    return max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
+
+
+def prompt_limit(context: int | None, sampling: SamplingSettings, max_prompt_tokens: int | None) -> int:
+    """The longest prompt a backend sends: the context minus the completion budget, or
+    ``max_prompt_tokens`` if smaller (a longer prompt is refused, never truncated)."""
+    limit = (context or 1_000_000_000) - sampling.max_new_tokens
+    return limit if max_prompt_tokens is None else min(limit, max_prompt_tokens)
+
+
+def save_learner_adapter(model, path: str) -> str:
+    """Write the learner's adapter (peft's ``default``) to ``path`` for an engine to load;
+    returns the directory holding ``adapter_config.json``."""
+    model.save_pretrained(path, selected_adapters=["default"])
+    nested = os.path.join(path, "default")  # peft nests non-default names only
+    return nested if os.path.isdir(nested) else path
 
 
 def check_adapter_dir(name: str, path: str) -> None:

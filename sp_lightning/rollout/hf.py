@@ -40,7 +40,8 @@ from contextlib import contextmanager
 import torch
 
 from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, check_adapter_dir, refuse_too_long, registered_path,
+    RolloutWorker, SamplingSettings, check_adapter_dir, checked_max_prompt_tokens, context_length, prompt_limit,
+    refuse_too_long, registered_path,
 )
 from sp_lightning.rollout.chat import encode_chat, encode_chats, special_token_strings
 from sp_lightning.types import Completion, ModelRequest, PolicyRef
@@ -67,7 +68,15 @@ AUTO_MERGE_MAX_PARAMS = 50_000_000
 
 
 class HFRolloutWorker(RolloutWorker):
-    shares_weights = True  # the learner's own model object: its logprobs are the trainer's
+    @property
+    def shares_weights(self) -> bool:
+        """The learner's own model object (unless ``own_copy``): its logprobs are the trainer's."""
+        return not self.own_copy
+
+    @property
+    def supports_async(self) -> bool:
+        """Only with ``own_copy``: the optimizer must not change the weights under a generation."""
+        return self.own_copy
 
     def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
                  max_prompt_tokens: int | None = None, merge_learner: bool | None = None, own_copy: bool = False):
@@ -94,12 +103,8 @@ class HFRolloutWorker(RolloutWorker):
         """
         if max_adapters < 1:
             raise ValueError(f"rollout.max_adapters: expected >= 1, got {max_adapters}")
-        if max_prompt_tokens is not None and max_prompt_tokens < 1:
-            raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         self.own_copy = own_copy
-        self.shares_weights = not own_copy
-        self.supports_async = own_copy
         self.trainer_model = model
         self.model = model  # with own_copy, replaced by the copy at the first publish_weights
         self._published_key: tuple[int, ...] | None = None
@@ -141,7 +146,7 @@ class HFRolloutWorker(RolloutWorker):
                 self.model = copy.deepcopy(self.trainer_model)
                 self._merged = None
             trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
-            key = tuple(p._version for p in trained.values()) + tuple(p.data_ptr() for p in trained.values())
+            key = _weights_key(trained.values())
             if key == self._published_key:
                 return
             mine = dict(self.model.named_parameters())
@@ -264,10 +269,7 @@ class HFRolloutWorker(RolloutWorker):
         parameter changed since the last build; None when merging does not apply."""
         if not (self.merge_learner and hasattr(self.model, "merge_and_unload")):
             return None
-        trained = [p for p in self.model.parameters() if p.requires_grad]
-        # torch bumps a tensor's _version on every in-place write (optimizer steps, load_state_dict
-        # copies); a replaced tensor has new storage
-        key = tuple(p._version for p in trained) + tuple(p.data_ptr() for p in trained)
+        key = _weights_key(p for p in self.model.parameters() if p.requires_grad)
         if self._merged is None or key != self._merged_key:
             self._merged = None  # the stale copy's memory goes before the new one is made
             merged = copy.deepcopy(self.model)
@@ -291,10 +293,7 @@ class HFRolloutWorker(RolloutWorker):
     def prompt_limit(self, sampling: SamplingSettings) -> int:
         """The longest prompt this worker sends: the model's context minus the completion
         budget, or ``max_prompt_tokens`` if smaller."""
-        config = getattr(self.model, "config", None)
-        context = getattr(config, "max_position_embeddings", None) or 1_000_000_000
-        limit = context - sampling.max_new_tokens
-        return limit if self.max_prompt_tokens is None else min(limit, self.max_prompt_tokens)
+        return prompt_limit(context_length(self.model), sampling, self.max_prompt_tokens)
 
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         prompts = self.encode_prompts([r.messages for r in requests])
@@ -388,10 +387,17 @@ class HFRolloutWorker(RolloutWorker):
                     completion_ids=ids,
                     logprobs=logprobs[row, : len(ids)].tolist(),
                     policy=policy,
-                    policy_version=self.policy_version if policy.kind == "learner" else 0,
+                    policy_version=self.version_of(policy),
                 )
             )
         return completions
+
+
+def _weights_key(params) -> tuple[int, ...]:
+    """Changes whenever a tensor of ``params`` was written in place (torch bumps ``_version``:
+    optimizer steps, load_state_dict copies) or replaced (new storage)."""
+    params = list(params)
+    return tuple(p._version for p in params) + tuple(p.data_ptr() for p in params)
 
 
 def _by_policy(policies: list[PolicyRef]) -> dict[PolicyRef, list[int]]:

@@ -45,8 +45,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, ram_temp_dir, refuse_too_long,
-    registered_path,
+    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
+    context_length, prompt_limit, ram_temp_dir, refuse_too_long, registered_path, save_learner_adapter,
 )
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
 from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef
@@ -93,10 +93,8 @@ class ServerRolloutWorker(RolloutWorker):
         self.served_model = served_model
         self.api_key_env, self.timeout, self.max_retries = api_key_env, timeout, max_retries
         self.max_concurrency = max_concurrency
-        if max_prompt_tokens is not None and max_prompt_tokens < 1:
-            raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
-        self.max_prompt_tokens = max_prompt_tokens
-        self.max_model_len = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
+        self.max_model_len = context_length(model, max_model_len)
         self._owns_root = adapter_dir is None
         self.root = adapter_dir or ram_temp_dir("sp_lightning_server_")
         os.makedirs(self.root, exist_ok=True)
@@ -182,8 +180,7 @@ class ServerRolloutWorker(RolloutWorker):
         if policy.kind == "learner":
             if self._learner_version != self.policy_version:
                 name = f"learner-v{self.policy_version}-{self._tag}"
-                path = os.path.join(self.root, name)
-                self.model.save_pretrained(path, selected_adapters=["default"])
+                path = save_learner_adapter(self.model, os.path.join(self.root, name))
                 self._load_everywhere(name, path)
                 previous = (self._learner_name, self._learner_path)
                 self._learner_name, self._learner_path, self._learner_version = name, path, self.policy_version
@@ -203,9 +200,7 @@ class ServerRolloutWorker(RolloutWorker):
     # ---- generation --------------------------------------------------------------------------
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
-        limit = (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
-        if self.max_prompt_tokens is not None:
-            limit = min(limit, self.max_prompt_tokens)
+        limit = prompt_limit(self.max_model_len, sampling, self.max_prompt_tokens)
         results, sendable = refuse_too_long(requests, prompts, limit)
         names = {p: self._served_name(p) for p in dict.fromkeys(requests[i].policy for i in sendable)}
         jobs = [(i, self.base_urls[next(self._next_server) % len(self.base_urls)]) for i in sendable]
@@ -221,7 +216,7 @@ class ServerRolloutWorker(RolloutWorker):
             policy = requests[i].policy
             results[i] = Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompts[i],
                                     completion_ids=ids, logprobs=logprobs, policy=policy,
-                                    policy_version=self.policy_version if policy.kind == "learner" else 0)
+                                    policy_version=self.version_of(policy))
         return results  # type: ignore[return-value]
 
     def _complete(self, url: str, model_name: str, prompt: list[int], sampling: SamplingSettings):

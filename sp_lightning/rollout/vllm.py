@@ -59,8 +59,8 @@ import time
 from contextlib import contextmanager
 
 from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, ram_temp_dir, refuse_too_long,
-    registered_path,
+    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
+    context_length, prompt_limit, ram_temp_dir, refuse_too_long, registered_path, save_learner_adapter,
 )
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
 from sp_lightning.types import Completion, ModelRequest, PolicyRef
@@ -145,17 +145,14 @@ class VLLMRolloutWorker(RolloutWorker):
                              f"{rank} (policy.lora.r)")
         if max_loras < 1:
             raise ValueError(f"rollout.max_loras: expected >= 1, got {max_loras}")
-        if max_prompt_tokens is not None and max_prompt_tokens < 1:
-            raise ValueError(f"rollout.max_prompt_tokens: expected >= 1 or null, got {max_prompt_tokens}")
-        self.max_prompt_tokens = max_prompt_tokens
+        self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         self.max_lora_rank = max_lora_rank
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._owns_root = adapter_dir is None
         self._base_written = False
         self.root = adapter_dir or ram_temp_dir("sp_lightning_vllm_")
-        context = max_model_len or getattr(getattr(model, "config", None), "max_position_embeddings", None)
-        self.max_model_len = context
+        context = self.max_model_len = context_length(model, max_model_len)
         self.engine_args = dict(
             enable_lora=peft_config is not None,
             max_loras=max_loras,
@@ -205,7 +202,7 @@ class VLLMRolloutWorker(RolloutWorker):
         self._shutdown_engine()
         if self._learner is not None:
             shutil.rmtree(self._learner.lora_path, ignore_errors=True)
-        self._learner, self._learner_version, self._checkpoints = None, None, {}  # gone with the engine
+        self._learner, self._learner_version = None, None  # its files are gone
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
             self._base_written = False
@@ -301,10 +298,8 @@ class VLLMRolloutWorker(RolloutWorker):
                 self._learner = self._load(self._learner.lora_name, self._learner.lora_path)
                 self._learner_in_engine = True
             return self._learner
-        path = os.path.join(self.root, f"learner-v{self.policy_version}-{self._next_lora_id}")
-        self.model.save_pretrained(path, selected_adapters=["default"])
-        if os.path.isdir(os.path.join(path, "default")):  # peft nests non-default names only
-            path = os.path.join(path, "default")
+        path = save_learner_adapter(self.model, os.path.join(self.root, f"learner-v{self.policy_version}-"
+                                                                       f"{self._next_lora_id}"))
         previous, previous_in_engine = self._learner, self._learner_in_engine
         self._learner = self._load(f"learner-v{self.policy_version}", path)
         self._learner_version, self._learner_in_engine = self.policy_version, True
@@ -330,8 +325,7 @@ class VLLMRolloutWorker(RolloutWorker):
     def prompt_limit(self, sampling: SamplingSettings) -> int:
         """The longest prompt sent: the engine's context minus the completion budget, or
         ``max_prompt_tokens`` if smaller."""
-        limit = (self.max_model_len or 1_000_000_000) - sampling.max_new_tokens
-        return limit if self.max_prompt_tokens is None else min(limit, self.max_prompt_tokens)
+        return prompt_limit(self.max_model_len, sampling, self.max_prompt_tokens)
 
     def _sampling_params(self, sampling: SamplingSettings, **extra):
         from vllm import SamplingParams
@@ -415,7 +409,7 @@ class VLLMRolloutWorker(RolloutWorker):
             completion_ids=ids,
             logprobs=logprobs,
             policy=policy,
-            policy_version=self.policy_version if policy.kind == "learner" else 0,
+            policy_version=self.version_of(policy),
         )
 
     def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
