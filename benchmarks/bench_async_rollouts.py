@@ -1,4 +1,4 @@
-"""Seconds per training step with asynchronous rollout collection against synchronous (issue 7).
+"""Seconds per training step with asynchronous rollout collection against synchronous (suite row 6).
 
 Short fits of one config (default ``configs/tictactoe_tiny.yaml``; ``--config
 configs/tictactoe_vllm_tiny.yaml --backend vllm`` in the vLLM environment), three ways:
@@ -43,7 +43,7 @@ class StepClock(L.Callback):
 
 
 def step_seconds(config: str, steps: int, warmup: int, overrides: list[str]) -> list[float]:
-    from sp_lightning.cli import build_from_config, make_trainer
+    from sp_lightning import build_from_config, make_trainer
 
     module, dm = build_from_config("--config", config, *overrides)
     clock = StepClock()
@@ -51,9 +51,7 @@ def step_seconds(config: str, steps: int, warmup: int, overrides: list[str]) -> 
         trainer = make_trainer(max_steps=steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
                                enable_progress_bar=False, default_root_dir=root, callbacks=[clock])
         trainer.fit(module, datamodule=dm)
-    close = getattr(dm.worker, "close", None)
-    if close is not None:
-        close()
+    dm.engine.worker.close()
     return [b - a for a, b in zip(clock.ends[warmup:], clock.ends[warmup + 1:])]
 
 

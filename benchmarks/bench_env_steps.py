@@ -1,4 +1,4 @@
-"""Env steps per second of every game with bots (issue 9, benchmark 1).
+"""Env steps per second of every game with bots (suite row 1).
 
 Each game is played by RandomBots in every seat through ``envs.play`` (reset, ``last``, text
 observation, ``step`` with a move's text: what the arena does per turn, without a model), for

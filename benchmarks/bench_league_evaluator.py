@@ -44,10 +44,9 @@ def run(steps: int, evaluator_every: int) -> float:
         f.write(
             f"trainer:\n  max_steps: {steps}\n  val_check_interval: {steps * 10}\n  logger: false\n"
             f"  enable_checkpointing: false\n  enable_progress_bar: false\n  default_root_dir: {root}\n"
-            f"  callbacks:\n    - class_path: sp_lightning.league.LeagueCallback\n"
-            f"      init_args: {{dir: {root}/league, baselines: [random_bot, tictactoe_tactical_bot],\n"
-            f"                  evaluator: {{every: {evaluator_every}, games_per_seat: 25}}}}\n"
-            f"    - class_path: bench_league_evaluator.StepClock\n"
+            f"  callbacks:\n    - class_path: bench_league_evaluator.StepClock\n"
+            f"data:\n  league: {{dir: {root}/league, baselines: [random_bot, tictactoe_tactical_bot],\n"
+            f"           evaluator: {{every: {evaluator_every}, games_per_seat: 25}}}}\n"
         )
     main(["fit", "--config", "configs/tictactoe_league_tiny.yaml", "--config", overlay])
     t = StepClock.last.times

@@ -1,4 +1,4 @@
-"""Peak resident memory of the default tiny run (issue 9, benchmark 5).
+"""Peak resident memory of the default tiny run (suite row 5).
 
 ``sp-lightning fit --config configs/tictactoe_tiny.yaml`` for ``--steps`` optimizer steps (one
 validation included: it plays ``data.eval.games`` games at once), each in its own process; the

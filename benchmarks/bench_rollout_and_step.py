@@ -76,7 +76,7 @@ def main() -> None:
         arena = Arena(worker_cls(module.model, module.tokenizer), sampling, bots=bots)
         rng = random.Random(0)
         episodes = [game.episode(FixedMix().seats(game, rng)) for _ in range(64)]
-        return arena.collect(episodes, list(range(64)), RAE())
+        return arena.build_training_batch(arena.play(episodes, list(range(64))), RAE())
 
     batched = median_time(lambda: play(HFRolloutWorker))
     single = median_time(lambda: play(OneAtATime))
@@ -100,7 +100,7 @@ def main() -> None:
             arena = Arena(worker, sampling, bots=bots)
             rng = random.Random(0)
             episodes = [league_game.episode(FixedMix().seats(league_game, rng)) for _ in range(64)]
-            return arena.collect(episodes, list(range(64)), RAE())
+            return arena.build_training_batch(arena.play(episodes, list(range(64))), RAE())
 
         def timed(worker_cls):  # the workers share the model: each unloads its adapters after
             worker = worker_cls(module.model, module.tokenizer, max_adapters=32)

@@ -1,4 +1,4 @@
-"""The rollout-share fixes of issue 9, measured one by one against what they replaced.
+"""The rollout-share fixes, measured one by one against what they replaced.
 
 benchmarks/bench_rollout_share.py measures the arena's share of raw generate as a whole; on this
 noisy 2-core machine its 64-game share moves by +-0.05 from run to run, more than either fix

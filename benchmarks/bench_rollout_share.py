@@ -1,4 +1,4 @@
-"""How close do the arena's rollouts come to raw batched ``model.generate``? (issue 9, benchmark 2)
+"""How close do the arena's rollouts come to raw batched ``model.generate``? (suite row 2)
 
 Tic-Tac-Toe games of the learner against RandomBot, one-token moves (the shipped configs), on
 the Hugging Face backend and the tiny model of ``configs/tictactoe_league_tiny.yaml``, at 1, 8,
@@ -9,7 +9,7 @@ the Hugging Face backend and the tiny model of ``configs/tictactoe_league_tiny.y
 - **raw generate** (the limit): the very prompts the arena sent, in the very batches it sent
   them (recorded by the worker during the arena's run), already tokenized and padded, through
   ``model.generate`` alone with the same sampling settings. Twice: on the peft model as it
-  trains (unmerged LoRA layers: the issue's baseline), and on the worker's merged copy (the
+  trains (unmerged LoRA layers: the first baseline), and on the worker's merged copy (the
   model the default arena generates with).
 
 Shares are raw seconds / arena seconds (1.0: the arena adds nothing to generation), each the

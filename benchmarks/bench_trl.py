@@ -1,4 +1,4 @@
-"""Our training step against TRL's GRPOTrainer on the same work (issue 9, benchmarks 3 and 4).
+"""Our training step against TRL's GRPOTrainer on the same work (suite rows 3 and 4).
 
 Both trainers train the same tiny model (the default ``model: tiny`` of ``PolicySettings``,
 built by ``load_policy``) with plain LoRA r16 / alpha 32 on the same projection modules: TRL
@@ -101,8 +101,8 @@ def legal_move_reward(completion: str, legal: list[str]) -> float:
 class PromptArena(Arena):
     """Each batch: every prompt ``generations`` times, each prompt's completions one GRPO group."""
 
-    def __init__(self, prompts, generations: int):
-        super().__init__()
+    def __init__(self, prompts, generations: int, **engine):
+        super().__init__(**engine)
         self.prompts, self.generations = prompts, generations
 
     def get_batch(self, rng, size):
@@ -135,7 +135,7 @@ def run_ours(prompts, generations: int, steps: int, warmup: int, share_prompts: 
     module = SelfPlayModule(policy=SETTINGS, optimizer=OptimizerSettings(lr=LR, grad_clip=None),
                             micro_batch_size=len(prompts) * generations, micro_batch_tokens=None,
                             share_prompts=share_prompts)
-    dm = SelfPlayDataModule(arena=PromptArena(prompts, generations), episodes_per_batch=len(prompts) * generations,
+    dm = SelfPlayDataModule(arena=functools.partial(PromptArena, prompts, generations), episodes_per_batch=len(prompts) * generations,
                             sampling=SamplingSettings(max_new_tokens=MAX_NEW_TOKENS, temperature=1.0),
                             credit=GRPO(group_by=["episode"]))
     with tempfile.TemporaryDirectory() as root:

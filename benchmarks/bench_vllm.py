@@ -1,4 +1,4 @@
-"""Rollout tokens/s of the Hugging Face and vLLM backends, and our overhead over raw vLLM (issue 7).
+"""Rollout tokens/s of the Hugging Face and vLLM backends, and our overhead over raw vLLM.
 
 The same tiny model (``configs/tictactoe_vllm_tiny.yaml``'s: projection-only LoRA r16, LoRA B
 moved off zero so the adapter is not a no-op) and the same requests: ``--prompts`` Tic-Tac-Toe
@@ -10,7 +10,7 @@ observations in the chat template, sampled at temperature 1 for ``--new_tokens``
   tokenized, with the same adapter and sampling parameters.
 
 Our overhead is vllm seconds / raw seconds - 1 (goal: at most 10%). Medians of ``--repeats``,
-the three interleaved. Run it in the vLLM environment (README, "vLLM rollouts"); on this 2-core CPU vLLM's
+the three interleaved. Run it in the vLLM environment (docs/rollout.md); on this 2-core CPU vLLM's
 engine works on one core, so the HF row is the faster here: vLLM is the backend for GPUs.
 
     . .venv-vllm/bin/activate && python benchmarks/bench_vllm.py        # ~2 min

@@ -14,8 +14,8 @@ For one config and one ``seed_everything``:
    must differ from the config's ``data.eval.seed`` (the seeds the validation rule used), plus
    the exact exploitability where the config asks for it;
 3. reads the run's TensorBoard log: the validation metric over steps, its best value, the mean of
-   the validations in the last quarter of the run, and (league runs) the hero's exploitability
-   and the league mixture's, and the hero's rating beside every baseline's at the end.
+   the validations in the last quarter of the run, and (league runs) the learner's exploitability
+   and the league mixture's, and the learner's rating beside every baseline's at the end.
 
 Everything is printed and written to ``<root>/report.json``. ``--skip_fit`` re-reads a finished
 run. Wall time belongs to this machine: run it alone (or say what ran beside it).
@@ -134,7 +134,7 @@ def main() -> None:
             print(f"validation {v['metric']}: best {v['best']:.4f} at step {v['best_step']}; mean of the "
                   f"{v['last_quarter_n']} validations in the last quarter {v['last_quarter_mean']:.4f}")
             print("  curve: " + " ".join(f"{s}:{x:.3f}" for s, x in v["curve"]))
-    for tag in ("league/exploitability/hero", "league/exploitability/mixture"):
+    for tag in ("league/exploitability/learner", "league/exploitability/mixture"):
         if tag in series:  # logged at every step, recomputed every exploitability_every: keep the changes
             report[tag] = [sv for i, sv in enumerate(series[tag]) if i == 0 or sv[1] != series[tag][i - 1][1]]
             print(f"{tag}: " + " ".join(f"{s}:{x:.3f}" for s, x in report[tag]))

@@ -1,4 +1,4 @@
-"""The benchmark suite of issue 9, one benchmark after another, each in its own process.
+"""The benchmark suite, one benchmark after another, each in its own process.
 
     pip install -e ".[bench]"   # trl==1.16.0        # benchmark 3-4's baseline
     python benchmarks/suite.py       # ~6 min on 2 cores; run it with nothing else on the machine

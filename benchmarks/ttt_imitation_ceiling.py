@@ -1,6 +1,6 @@
 """How fast can the tiny policy learn Tic-Tac-Toe tactics when it is handed the answers?
 
-An upper-bound probe for issue 6's Tic-Tac-Toe bar (0.80 against RandomBot in 20 min of fit on
+An upper-bound probe for the Tic-Tac-Toe learning bar (0.80 against RandomBot in 20 min of fit on
 2 CPU cores). The same tiny model and LoRA as the league config read the prompts the game gives
 (positions from real ``tictactoe_v1`` games between RandomBots, through the game's template and
 ``encode_chat``) and are trained by cross-entropy on perfect labels: a teacher that takes a win,
@@ -23,7 +23,7 @@ Measured 2026-11-21, ``--steps 650 --threads 2`` alone on this machine: 442 s; f
 win 0.925, block 0.951, opening 0.989 (every fresh position also occurred in training); greedy
 against RandomBot 0.858 [0.841, 0.872] over 2000 games (0.939 as X, 0.776 as O), legal moves 0.997.
 
-How fast each model variant learns from the same labels (session 12, 2026-11-21): 200 steps
+How fast each model variant learns from the same labels (2026-11-21): 200 steps
 (51,200 labels), ``--threads 1``, two runs side by side on the two cores; fresh-game accuracy at
 step 200 (win / block) and greedy win rate against RandomBot over the same 2000 games:
 
@@ -36,7 +36,7 @@ step 200 (win / block) and greedy win rate against RandomBot over the same 2000 
     the same, --layers 4                                            0.805 / 0.841   0.776   263 s
 
 One training seed each, so read these as indications. The second row changes two things at
-once (one-token cells and no legal-move list; README, bench_prompt_length.py: the list alone is
+once (one-token cells and no legal-move list; docs/benchmarks.md, bench_prompt_length.py: the list alone is
 x0.78 of the prompt), so its 30% cheaper step is theirs together, and it teaches nothing
 faster; a higher rate or every weight training did worse; depth learned more per label at
 about twice the cost per label in this seed. Even with
@@ -95,10 +95,25 @@ def positions(first_seed: int, games: int, env=None) -> list[tuple[str, str]]:
 
 class TeacherWorker(RolloutWorker):
     """The teacher as the policy ``evaluate`` plays (its ``learner``): each request's answer is
-    the teacher's label for the observation in it. No tokens: it only plays, never trains."""
+    the teacher's label for the observation in it. No tokens: it only plays, never trains,
+    serves no checkpoint and scores nothing."""
+
+    trains = serves_checkpoints = scores_completions = False
 
     def generate(self, requests, sampling):
         return [Completion(text=MOVES[teacher(r.messages[-1]["content"])[0][0]], policy=r.policy) for r in requests]
+
+    def completion_logprobs(self, requests, completions):
+        raise NotImplementedError("the teacher scores nothing")
+
+    def register_adapter(self, name, path):
+        raise NotImplementedError("the teacher serves no checkpoint")
+
+    def forget_adapter(self, name):
+        pass
+
+    def close(self):
+        pass
 
 
 def final_evaluation(worker: RolloutWorker, env_kwargs: dict | None = None):

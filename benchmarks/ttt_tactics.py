@@ -61,7 +61,7 @@ def best_moves(board: Board, me: int) -> set[int]:
 def main() -> None:
     import torch
 
-    from sp_lightning.cli import build_from_config, load_checkpoint
+    from sp_lightning import build_from_config
     from sp_lightning.evaluation.stats import wilson_interval
     from sp_lightning.rollout.chat import encode_chat
 
@@ -74,8 +74,8 @@ def main() -> None:
 
     module, dm = build_from_config("--config", args.config)
     if args.checkpoint:
-        load_checkpoint(module, args.checkpoint)
-    (game,) = [g for g in dm.games if g.id == "tictactoe_v1"]
+        module.load_policy_weights(args.checkpoint)
+    (game,) = [g for g in dm.settings.games if g.id == "tictactoe_v1"]
     model, tokenizer = module.model.eval(), module.tokenizer
     move_ids = [tokenizer.convert_tokens_to_ids(f"[{i}]") for i in range(9)]
     counts = {"win taken": [0, 0], "block": [0, 0], "best vs random": [0, 0]}

@@ -209,7 +209,7 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
 
     # ---- PettingZoo API ----------------------------------------------------------------
     # The spaces are built on first use, not in __init__: a gymnasium ``Text`` space indexes its
-    # charset when made (~90 us per env), and the arena makes an env per game and never reads
+    # charset when made (a cost per env that adds up at the arena's rate), and the arena makes an env per game and never reads
     # them. Each env still gets its own spaces (and so its own space RNG for ``sample()``).
     @functools.cached_property
     def observation_spaces(self) -> dict[str, gymnasium.spaces.Space]:

@@ -1,7 +1,7 @@
 """sp_lightning: self-play reinforcement learning for language models on PyTorch Lightning.
 
 The names a notebook or script needs are importable from here (lazily: ``import sp_lightning``
-alone loads neither torch nor Lightning)::
+alone loads neither torch nor Lightning, and changes nothing in the process)::
 
     from sp_lightning import GameSettings, SelfPlayDataModule, SelfPlayModule
 
@@ -12,19 +12,16 @@ Python form of one block of a config file (``model.policy`` is ``PolicySettings`
 
 import importlib
 
-from sp_lightning.threads import set_wait_policy
-
-set_wait_policy()  # before anything loads torch's OpenMP runtime; see sp_lightning.threads
-
 __version__ = "0.1.0"
 
 _EXPORTS = {
     "SelfPlayModule": "module", "LossSettings": "module", "OptimizerSettings": "module",
-    "SelfPlayDataModule": "data", "EvalSettings": "data", "AsyncRolloutSettings": "async_rollouts",
+    "SelfPlayDataModule": "data", "EvalSettings": "engine", "Engine": "engine",
+    "AsyncRolloutSettings": "async_rollouts", "LeagueSettings": "league.settings",
     "GameSettings": "games", "RewardSettings": "rubric",
     "PolicySettings": "model", "LoraSettings": "model", "TinyModelSettings": "model",
     "SamplingSettings": "rollout.base", "GRPO": "credit", "RAE": "credit",
-    "make_trainer": "cli", "build_from_config": "cli", "load_checkpoint": "cli",
+    "make_trainer": "trainer", "build_from_config": "cli.common",
     "evaluate": "evaluation.matches", "play_games": "evaluation.matches:play",
 }
 """name -> "module" (the attribute of that name) or "module:attribute"."""

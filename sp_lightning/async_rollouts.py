@@ -53,7 +53,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sp_lightning.arena import Arena, Batch
+from sp_lightning.batch import Batch
+from sp_lightning.rollout.base import RolloutWorker
 
 
 @dataclass
@@ -118,54 +119,102 @@ class ArenaBaton:
             self.take()
 
 
-class SerializedWorker:
+class SerializedWorker(RolloutWorker):
     """The rollout worker as both threads see it: one call into it at a time, and the producer
-    lends the arena baton while it waits on ``generate`` (the trainer's thread keeps it: its
-    validation games and adapter registrations run with the arena still). Every other attribute
-    is the worker's own."""
+    lends the arena baton while it waits on a call (the trainer's thread keeps it: its
+    validation games and adapter registrations run with the arena still). Every method and
+    capability of the interface is the wrapped worker's."""
 
-    _CALLS = ("generate", "completion_logprobs", "register_adapter", "forget_adapter", "close")
-
-    def __init__(self, worker, baton: ArenaBaton, stopping: threading.Event):
-        # underscored: every other name is looked up on the worker itself
-        object.__setattr__(self, "_inner", worker)
-        object.__setattr__(self, "_baton", baton)
-        object.__setattr__(self, "_calls", threading.RLock())
-        object.__setattr__(self, "_producer", None)  # the producer thread while it runs, else None
-        object.__setattr__(self, "_stopping", stopping)  # set by AsyncCollector.stop
+    def __init__(self, worker: RolloutWorker, baton: ArenaBaton, stopping: threading.Event):
+        self.inner = worker
+        self._baton = baton
+        self._calls = threading.RLock()
+        self._producer: threading.Thread | None = None  # the producer thread while it runs
+        self._stopping = stopping  # set by AsyncCollector.stop
 
     def bind_producer(self, thread: threading.Thread | None) -> None:
         """The thread whose calls lend the arena and end once stopping (None: no producer)."""
-        object.__setattr__(self, "_producer", thread)
+        self._producer = thread
+
+    @contextmanager
+    def _serialized(self) -> Iterator[None]:
+        on_producer = self._producer is not None and threading.current_thread() is self._producer
+        with self._baton.lent() if on_producer else _held(), self._calls:
+            if on_producer and self._stopping.is_set():
+                raise ProducerStopped  # the collector is stopping: leave the batch unplayed
+            yield
+
+    # ---- capabilities and state: the wrapped worker's ------------------------------------------
+    @property
+    def trains(self) -> bool:
+        return self.inner.trains
 
     @property
-    def inner(self):
-        """The worker itself."""
-        return self._inner
+    def shares_weights(self) -> bool:
+        return self.inner.shares_weights
 
-    def __getattr__(self, name):
-        attribute = getattr(self._inner, name)
-        if name not in self._CALLS:
-            return attribute
+    @property
+    def supports_async(self) -> bool:
+        return self.inner.supports_async
 
-        def serialized(*args, **kwargs):
-            on_producer = self._producer is not None and threading.current_thread() is self._producer
-            lend = self._baton.lent() if on_producer else _held()
-            with lend, self._calls:
-                if on_producer and self._stopping.is_set():
-                    raise ProducerStopped  # the collector is stopping: leave the batch unplayed
-                return attribute(*args, **kwargs)
+    @property
+    def serves_checkpoints(self) -> bool:
+        return self.inner.serves_checkpoints
 
-        return serialized
+    @property
+    def scores_completions(self) -> bool:
+        return self.inner.scores_completions
 
-    def __setattr__(self, name, value):
-        setattr(self._inner, name, value)
+    @property
+    def max_adapters(self) -> int | None:
+        return self.inner.max_adapters
+
+    @property
+    def policy_version(self) -> int:
+        return self.inner.policy_version
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.inner.generated_tokens
+
+    @property
+    def adapter_load_seconds(self) -> float:
+        return self.inner.adapter_load_seconds
+
+    @property
+    def tokenizer(self):
+        return self.inner.tokenizer
+
+    # ---- calls: one at a time ------------------------------------------------------------------
+    def generate(self, requests, sampling):
+        with self._serialized():
+            return self.inner.generate(requests, sampling)
+
+    def completion_logprobs(self, requests, completions):
+        with self._serialized():
+            return self.inner.completion_logprobs(requests, completions)
+
+    def register_adapter(self, name: str, path: str) -> None:
+        with self._serialized():
+            self.inner.register_adapter(name, path)
+
+    def forget_adapter(self, name: str) -> None:
+        with self._serialized():
+            self.inner.forget_adapter(name)
+
+    def close(self) -> None:
+        with self._serialized():
+            self.inner.close()
 
     def sync_weights(self, version: int) -> None:
         """The new version, written to the engine at once (see ``RolloutWorker.publish_weights``)."""
         with self._calls:
-            self._inner.sync_weights(version)
-            self._inner.publish_weights()
+            self.inner.sync_weights(version)
+            self.inner.publish_weights()
+
+    def publish_weights(self) -> None:
+        with self._calls:
+            self.inner.publish_weights()
 
 
 @contextmanager
@@ -180,26 +229,26 @@ class ProducerStopped(Exception):
 class AsyncCollector:
     """The producer thread, its queue and the lag filter of asynchronous collection.
 
-    It serves the arena's worker to both threads: ``arena.worker`` becomes ``self.worker``, a
-    SerializedWorker on the collector's baton (hand the same to the trainer, with
-    ``baton.lent`` as the context of its update).
+    It serves the worker to both threads as ``self.worker``, a SerializedWorker on the
+    collector's baton: build the arena on it, and run the trainer's update inside
+    ``baton.lent()``.
 
     Args:
-        arena: The arena whose ``step`` plays each batch.
+        worker: The rollout worker (its engine must hold its own weights: ``supports_async``).
         settings: Queue size and lag bound.
-        batch_rng: The random stream of batch ``i`` (the synchronous loop's, so a batch's games
-            depend on its index only).
+        play_next_batch: Plays the next batch (the synchronous loop's, so a batch's games depend
+            on its index only); called on the producer thread while it holds the baton.
         update_epochs: Optimizer steps per batch (``model.update_epochs``), for the default bound.
     """
 
-    def __init__(self, arena: Arena, settings: AsyncRolloutSettings, batch_rng: Callable, update_epochs: int = 1):
-        self.arena = arena
+    def __init__(self, worker: RolloutWorker, settings: AsyncRolloutSettings, play_next_batch: Callable[[], Batch],
+                 update_epochs: int = 1):
         self.settings = settings
         self.max_policy_lag = settings.lag_bound(update_epochs)
-        self.batch_rng = batch_rng
+        self.play_next_batch = play_next_batch
         self.baton = ArenaBaton()
         self.stopping = threading.Event()  # shared with the worker: its calls see it
-        self.worker = arena.worker = SerializedWorker(arena.worker, self.baton, self.stopping)
+        self.worker = SerializedWorker(worker, self.baton, self.stopping)
         self.queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self.thread: threading.Thread | None = None
         self.dropped_records = 0
@@ -260,7 +309,7 @@ class AsyncCollector:
                 try:
                     if self.stopping.is_set():
                         return
-                    batch = self.arena.step(self.batch_rng(self.arena.steps_done))
+                    batch = self.play_next_batch()
                 except ProducerStopped:
                     return
                 finally:

@@ -39,7 +39,7 @@ Where this departs from the papers:
    baseline from before the update, as in SPIRAL.
 5. ``RAE(by_opponent=True)`` keys the baseline by the opponents too (bots and the base model by
    name, every past checkpoint as one ``checkpoint``, the learner itself as ``learner``). In a
-   league the hero meets opponents of very different strength: one shared baseline makes every
+   league the learner meets opponents of very different strength: one shared baseline makes every
    game against a strong bot a "bad" game and every game against RandomBot a "good" one, noise
    that hides which moves won. A baseline per opponent type removes that variance.
 6. ``RAE(discount=g)`` lets the role's episode reward reach a step as ``g**k * R``, ``k`` being
@@ -48,26 +48,17 @@ Where this departs from the papers:
    to every move; with ``g < 1`` the move that wins at once earns more than one that lets the
    game go on, and a move that puts off a loss (a block) earns more than one that loses at
    once: the incentive a player against a weak opponent otherwise hardly feels.
-7. ``RAE(by_state=True)`` subtracts a baseline per exact state (the step's prompt tokens, under
-   the same episode and role key) once that state has been seen ``state_min_visits`` times,
-   and the role's baseline before that: a tabular critic. In a small game (Tic-Tac-Toe has
-   4,520 positions, Kuhn Poker 12 information states) most steps land on a state seen before,
-   and a move is then judged against what usually follows that position, not against the
-   role's average game: the variance of where the game stood goes away, which the role baseline
-   cannot remove. In a large game states rarely repeat and it falls back to plain RAE; the table
-   is capped at ``max_states`` (least recently used dropped).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from itertools import groupby
 from typing import Any
 
-from .types import Rollout, Step
+from sp_lightning.types import PolicyKind, Rollout, Step
 
 
 StepKey = tuple[str, int]
@@ -105,9 +96,11 @@ def apply_credit(rollouts: list[Rollout], advantages: dict[StepKey, float]) -> N
 
 
 class CreditAssigner:
-    """Subclass and implement ``compute``; ``assign`` applies it to the rollouts in place."""
+    """Subclass and implement ``compute``; ``assign`` applies it to the rollouts in place. An
+    assigner that learns across batches (baselines) checkpoints them through ``state_dict``."""
 
-    last_stats: dict[str, float]
+    last_stats: dict[str, float] = {}
+    """The last batch's statistics for logging; ``compute`` assigns a new dict (never mutate this one)."""
 
     def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
         """``{(rollout_id, step_index): advantage}`` for every trainable step of the batch."""
@@ -115,6 +108,13 @@ class CreditAssigner:
 
     def assign(self, rollouts: list[Rollout]) -> None:
         apply_credit(rollouts, self.compute(rollouts))
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue (none for a stateless assigner)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s content."""
 
 
 def step_return(rollout: Rollout, step: Step, discount: float = 1.0) -> float:
@@ -225,20 +225,6 @@ class RAE(CreditAssigner):
         discount: The episode reward reaches a step as ``discount**k * R``, ``k`` the role's
             later moves in the rollout (1: undiscounted, as in SPIRAL). The baseline still
             tracks the undiscounted episode reward.
-        by_state: Subtract a per-state baseline (the mean return that followed the same prompt,
-            for the same episode and role key) once the state has ``state_min_visits`` visits.
-        state_min_visits: Visits before a state's own baseline replaces the role's.
-        max_states: States kept; the least recently seen is dropped beyond it.
-        state_lambda: With ``by_state``, the return a move is judged by is a lambda-return:
-            1 is the move's own episode return (Monte Carlo); below 1 it leans on the table's
-            value of the role's next state (``discount * V(next)``), which removes the noise of
-            what happened after that state (the opponent's replies, one's own later moves) at
-            the price of trusting the table. Unseen next states fall back to the return.
-
-    A state's baseline is the running mean of the episode returns seen from it (the step's own
-    reward, e.g. an invalid-move penalty, stays out of it and lands on the move) while it has fewer
-    than ``1 / (1 - decay)`` visits, then a moving average with weight ``1 - decay``, so it follows
-    the policy as it changes.
     """
 
     def __init__(
@@ -246,31 +232,15 @@ class RAE(CreditAssigner):
         decay: float = 0.95,
         by_opponent: bool = False,
         discount: float = 1.0,
-        by_state: bool = False,
-        state_min_visits: int = 4,
-        max_states: int = 200_000,
-        state_lambda: float = 1.0,
     ) -> None:
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"decay must be in [0, 1], got {decay}")
         if not 0.0 < discount <= 1.0:
             raise ValueError(f"discount must be in (0, 1], got {discount}")
-        if not 0.0 <= state_lambda <= 1.0:
-            raise ValueError(f"state_lambda must be in [0, 1], got {state_lambda}")
-        if state_min_visits < 1 or max_states < 1:
-            raise ValueError(
-                f"state_min_visits and max_states must be >= 1, got {state_min_visits}, {max_states}"
-            )
         self.decay = decay
         self.by_opponent = by_opponent
         self.discount = discount
-        self.by_state = by_state
-        self.state_min_visits = state_min_visits
-        self.max_states = max_states
-        self.state_lambda = state_lambda
         self.baselines: dict[tuple[str, str], float] = {}
-        # (episode, role key, prompt digest) -> [baseline, visits], least recently seen first
-        self.state_values: OrderedDict[tuple[str, str, str], list[float]] = OrderedDict()
         self.last_stats: dict[str, float] = {}
 
     def baseline_key(self, rollout: Rollout, role: str) -> tuple[str, str]:
@@ -280,7 +250,6 @@ class RAE(CreditAssigner):
 
     def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
         advantages: dict[StepKey, float] = {}
-        from_state = 0  # steps judged against their state's baseline
         # the walker yields each rollout's trainable steps together, rollouts in tree order
         for _, items in groupby(trainable_steps(rollouts), key=lambda item: item[0][0]):
             items = list(items)
@@ -292,80 +261,21 @@ class RAE(CreditAssigner):
                 by_role.setdefault(step.role, []).append((key, step, ret))
             for role, steps in by_role.items():
                 key = self.baseline_key(rollout, role)
-                values, judged_by_state = self._role_advantages(key, [(step, ret) for _, step, ret in steps])
-                from_state += judged_by_state
-                advantages.update(zip((step_key for step_key, _, _ in steps), values))
                 old = self.baselines.get(key, 0.0)
+                advantages.update((step_key, ret - old) for step_key, _, ret in steps)
                 self.baselines[key] = self.decay * old + (1.0 - self.decay) * float(rollout.rewards[role])
         self.last_stats = {
             **_advantage_stats(list(advantages.values())),
             "num_baselines": float(len(self.baselines)),
         }
-        if self.by_state:
-            self.last_stats["num_states"] = float(len(self.state_values))
-            self.last_stats["state_baseline_fraction"] = from_state / max(1, len(advantages))
         return advantages
 
-    def _role_advantages(self, key: tuple[str, str], steps: list[tuple[Step, float]]) -> tuple[list[float], int]:
-        """The advantages of one role's trainable steps in one rollout (in order, each with its
-        step return), and how many were judged against their own state's baseline."""
-        role_baseline = self.baselines.get(key, 0.0)
-        if not self.by_state:
-            return [ret - role_baseline for _, ret in steps], 0
-        # the state table learns the episode reward as it reaches a step; the step's own reward
-        # (an invalid-move penalty) stays out of it and lands on the move alone
-        episode_parts = [ret - step.reward for step, ret in steps]
-        states = [self._state_key(key, step) for step, _ in steps]
-        values = [self._state_value(state) for state in states]  # before this rollout's visit
-        # lambda-return from the back: the last move's is its episode part; an earlier move's
-        # mixes the table's value of the role's next state with the next move's lambda-return
-        target = episode_parts[-1]
-        advantages = [0.0] * len(steps)
-        for index in range(len(steps) - 1, -1, -1):
-            step = steps[index][0]
-            if index < len(steps) - 1 and values[index + 1] is not None:
-                blend = (1.0 - self.state_lambda) * values[index + 1] + self.state_lambda * target
-                target = self.discount * blend
-            else:
-                target = episode_parts[index]
-            baseline = values[index] if values[index] is not None else role_baseline
-            advantages[index] = step.reward + target - baseline
-        for state, episode_part in zip(states, episode_parts):
-            self._visit_state(state, episode_part)
-        return advantages, sum(v is not None for v in values)
-
-    @staticmethod
-    def _state_key(key: tuple[str, str], step: Step) -> tuple[str, str, str]:
-        digest = hashlib.blake2b(
-            b",".join(str(t).encode() for t in step.completion.prompt_ids), digest_size=12
-        ).hexdigest()
-        return (*key, digest)
-
-    def _state_value(self, state: tuple[str, str, str]) -> float | None:
-        entry = self.state_values.get(state)
-        return entry[0] if entry is not None and entry[1] >= self.state_min_visits else None
-
-    def _visit_state(self, state: tuple[str, str, str], episode_part: float) -> None:
-        """Fold one visit's return into the state's baseline; the state becomes the most
-        recently seen, and the least recently seen go beyond ``max_states``."""
-        entry = self.state_values.pop(state, None) or [0.0, 0.0]
-        entry[1] += 1
-        entry[0] += max(1.0 / entry[1], 1.0 - self.decay) * (episode_part - entry[0])
-        self.state_values[state] = entry
-        while len(self.state_values) > self.max_states:
-            self.state_values.popitem(last=False)
-
     def state_dict(self) -> dict[str, Any]:
-        """Baselines as ``{"baselines": {episode: {role: value}}}`` (plain, picklable, a copy),
-        and with ``by_state`` the state table as ``"states": [[episode, role, digest, value,
-        visits], ...]``, least recently seen first."""
+        """Baselines as ``{"baselines": {episode: {role: value}}}`` (plain, picklable, a copy)."""
         nested: dict[str, dict[str, float]] = {}
         for (episode, role), value in self.baselines.items():
             nested.setdefault(episode, {})[role] = value
-        state: dict[str, Any] = {"baselines": nested}
-        if self.state_values:
-            state["states"] = [[*key, value, visits] for key, (value, visits) in self.state_values.items()]
-        return state
+        return {"baselines": nested}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore baselines saved by :meth:`state_dict`; ``decay`` stays the constructor's."""
@@ -374,10 +284,6 @@ class RAE(CreditAssigner):
             for episode, roles in state["baselines"].items()
             for role, value in roles.items()
         }
-        self.state_values = OrderedDict(
-            ((episode, role, digest), [float(value), float(visits)])
-            for episode, role, digest, value, visits in state.get("states", [])
-        )
 
 
 def opponents_of(rollout: Rollout, role: str) -> str:
@@ -385,7 +291,7 @@ def opponents_of(rollout: Rollout, role: str) -> str:
     checkpoints, which share ``checkpoint``; sorted and comma-joined (``learner`` in mirror
     self-play); ``none`` for a rollout without seats (a single-role episode)."""
     names = sorted(
-        "checkpoint" if policy.kind == "checkpoint" else str(policy)
+        "checkpoint" if policy.kind is PolicyKind.CHECKPOINT else str(policy)
         for seat, policy in rollout.seats.items()
         if seat != role
     )

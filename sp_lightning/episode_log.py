@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
+from sp_lightning.batch import decoded_record, record_means
+
 
 @dataclass
 class EpisodeLogSettings:
@@ -104,8 +106,6 @@ class EpisodeLog:
     def batch(self, batch) -> None:
         """The summary line of the batch ``batch_index`` (set by the arena before it is
         played), and its decoded records where ``records`` is set."""
-        from sp_lightning.arena import decoded_record, record_means
-
         records = batch.records
         reward_mean, advantage_mean = record_means(records)
         self.write("batch", episodes=len(batch.rollouts), records=len(records), reward_mean=reward_mean,

@@ -19,24 +19,10 @@ from typing import Any
 from sp_lightning.episodes import GameEpisode
 from sp_lightning.prompts import PromptTemplate, make_template
 from sp_lightning.rubric import RewardSettings
-from sp_lightning.types import LEARNER, PolicyRef
+from sp_lightning.types import LEARNER, PolicyRef, parse_policy
 
-
-def parse_policy(spec: str) -> PolicyRef:
-    """``learner`` | ``base`` | ``bot:<name>`` | ``checkpoint:<id>`` | ``remote:<name>`` -> PolicyRef."""
-    kind, _, name = spec.partition(":")
-    if kind in ("learner", "base") and not name:
-        return PolicyRef(kind)
-    if kind in ("bot", "checkpoint", "remote") and name:
-        return PolicyRef(kind, name)
-    raise ValueError(
-        f"opponent {spec!r}: expected 'learner', 'base', 'bot:<name>', 'checkpoint:<id>' or 'remote:<name>'"
-    )
-
-
-def as_policy(spec: str | PolicyRef) -> PolicyRef:
-    """A policy given as a spec string or as a PolicyRef, as a PolicyRef."""
-    return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
+MIRROR = {"learner": 1.0}
+"""The opponent mix of a game that names none: the learner plays itself."""
 
 
 @dataclass
@@ -49,8 +35,10 @@ class GameSettings:
     """Keyword arguments of the env's constructor (e.g. invalid_move: retry)."""
     weight: float = 1.0
     """Relative share of the episodes of each batch."""
-    opponents: dict[str, float] = field(default_factory=lambda: {"learner": 1.0})
-    """Opponent mix: policy spec -> weight. {'learner': 1} is mirror self-play."""
+    opponents: dict[str, float] | None = None
+    """Opponent mix of the default opponent sampler: policy spec -> weight. Null is mirror
+    self-play ({learner: 1}). A league (``data.league``) chooses the opponents itself: setting
+    both is an error."""
     system_prompt: str | None = None
     """The system prompt of every seat; None keeps the template's own (none for 'plain')."""
     template: str = "plain"
@@ -65,9 +53,13 @@ class GameSettings:
     def __post_init__(self):
         if self.max_turns < 1:
             raise ValueError(f"games[{self.id}].max_turns: expected >= 1, got {self.max_turns}")
-        if not self.opponents or any(w < 0 for w in self.opponents.values()):
+        mix = MIRROR if self.opponents is None else self.opponents
+        if not mix or any(w < 0 for w in mix.values()):
             raise ValueError(f"games[{self.id}].opponents: expected non-negative weights, got {self.opponents}")
-        self._opponents = [(parse_policy(spec), w) for spec, w in self.opponents.items()]
+        try:
+            self._opponents = [(parse_policy(spec, "opponent"), w) for spec, w in mix.items()]
+        except ValueError as exc:
+            raise ValueError(f"games[{self.id}].opponents: {exc}") from exc
         self._rubric = self.reward.build()
         prompt = {} if self.system_prompt is None else {"system_prompt": self.system_prompt}
         try:
@@ -77,14 +69,34 @@ class GameSettings:
         from envs import make
 
         self._env_factory = partial(make, self.id, **self.env_kwargs)
-        try:  # built and dealt once here, so that kwargs the game refuses fail before training
+        self._facts: tuple[list[str], Any] | None = None  # (agents, game_info), from the first env built
+
+    def check(self, key: str | None = None) -> None:
+        """Build and deal one env of this game, so that env kwargs it refuses fail before any
+        training, naming ``key`` (the game's config key); the game's seats and facts are read
+        from it. Reading the config builds nothing: the run's engine calls this once."""
+        if self._facts is not None:
+            return
+        key = key or f"games[{self.id}]"
+        try:
             probe = self._env_factory()
             probe.reset(seed=0)
         except (TypeError, ValueError, AssertionError) as exc:  # AssertionError: TextArena's checks
-            raise ValueError(f"games[{self.id}] with env_kwargs {self.env_kwargs}: {exc}") from exc
-        self.agents = list(probe.possible_agents)
-        self.info = getattr(probe, "game_info", None)
+            raise ValueError(f"{key} ({self.id}) with env_kwargs {self.env_kwargs}: {exc}") from exc
+        self._facts = (list(probe.possible_agents), getattr(probe, "game_info", None))
         probe.close()
+
+    @property
+    def agents(self) -> list[str]:
+        """The game's seats (``player_0`` ...)."""
+        self.check()
+        return self._facts[0]
+
+    @property
+    def info(self):
+        """The game's facts (``envs.GameInfo``), or None for a game without them."""
+        self.check()
+        return self._facts[1]
 
     @property
     def prompt_template(self) -> PromptTemplate:

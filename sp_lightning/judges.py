@@ -17,8 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sp_lightning.games import as_policy
-from sp_lightning.types import ModelRequest, PolicyRef, Rollout
+from sp_lightning.types import ModelRequest, PolicyRef, Rollout, as_policy
 
 JUDGE = "judge"
 """The ``ModelRequest.role`` of a judge's call: not a role of any episode."""

@@ -25,6 +25,9 @@ CHAT_TEMPLATE = (
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+TINY_SEED = 0
+"""The tiny model's tokenizer corpus and weights come from this seed, always: adapter-only
+checkpoints hold no base weights, so every process must rebuild the very same base."""
 
 
 @dataclass
@@ -35,8 +38,6 @@ class LoraSettings:
     """Adapter rank."""
     alpha: int = 16
     """Scaling numerator: the update is scaled by alpha / r."""
-    dropout: float = 0.0
-    """Dropout on the adapter's input."""
     target_modules: list[str] | str = "all-linear"
     """Module names to adapt, or "all-linear"."""
     trainable_tokens: list[str] | None = None
@@ -63,7 +64,6 @@ class TinyModelSettings:
     |embedding row| * |normed hidden state| = initializer_range * hidden_size: with the usual 0.02
     and hidden size 64 that is ~1.3, too small a range to make any of ~400 tokens likely, and no
     LoRA adapter can change it (entropy stays at log vocab). 0.1 (a range of ~6) trains well."""
-    seed: int = 0
     games: list[str] = field(default_factory=lambda: ["tictactoe_v1", "kuhn_poker_v1"])
     """Games (ids or class paths) whose observations train the tokenizer and whose moves become
     single tokens. Fixed by the config, not by what is registered, so that the same config always
@@ -134,7 +134,7 @@ def build_tiny_tokenizer(settings: TinyModelSettings) -> PreTrainedTokenizerFast
         special_tokens=SPECIAL_TOKENS,
         show_progress=False,
     )
-    tok.train_from_iterator(_tokenizer_corpus(settings.games, settings.seed), trainer=trainer)
+    tok.train_from_iterator(_tokenizer_corpus(settings.games, TINY_SEED), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=None,
@@ -165,7 +165,7 @@ def build_tiny_model(settings: TinyModelSettings, vocab_size: int, eos_id: int, 
         bos_token_id=None,
     )
     with torch.random.fork_rng():
-        torch.manual_seed(settings.seed)
+        torch.manual_seed(TINY_SEED)
         model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
@@ -227,7 +227,7 @@ def load_policy(settings: PolicySettings):
         config = LoraConfig(
             r=lora.r,
             lora_alpha=lora.alpha,
-            lora_dropout=lora.dropout,
+            lora_dropout=0.0,  # the shared-prompt forward is exact only without dropout
             target_modules=lora.target_modules,
             trainable_token_indices=token_ids or None,
             task_type="CAUSAL_LM",

@@ -25,6 +25,8 @@ from sp_lightning import rng as rng_streams
 from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
+from sp_lightning.data import callbacks_of
+from sp_lightning.engine import engine_of
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.rollout.hf import LEARNER_ADAPTER, left_pad
 from sp_lightning.shared_prompts import SharedPrompts, collate_shared, group_by_prompt, shared_window_logits
@@ -80,7 +82,7 @@ class LossSettings:
     """Anneal magnet_coef linearly to magnet_floor over this many optimizer steps; null (the
     default) keeps it constant, the magnetic mirror descent above. In a game with a pure best
     play (Tic-Tac-Toe) the magnet is wanted early, while the policy learns which tokens are
-    legal, and costs later: it keeps every legal move likely, so the hero's own later moves are
+    legal, and costs later: it keeps every legal move likely, so the learner's own later moves are
     noisy and so is the return each earlier move is credited with."""
     magnet_floor: float = 0.0
     """The annealed magnet never goes below this."""
@@ -236,6 +238,24 @@ def split_micro_batches(records: list[TrainingRecord], max_records: int, max_tok
     return chunks
 
 
+@dataclass(frozen=True)
+class _UpdateInputs:
+    """What an update needs from the run beyond the records: the sampler's temperature (the
+    trainer scales its logits as the sampler did) and whether the loss corrects for a sampler
+    that is not the trainer."""
+
+    temperature: float
+    importance_sampling: bool
+
+
+def uses_importance_sampling(loss: LossSettings, worker) -> bool:
+    """Whether the loss corrects for a sampler that is not the trainer (``loss.importance_sampling``;
+    ``auto``: exactly when the worker does not generate with the trainer's own weights)."""
+    if loss.importance_sampling != "auto":
+        return loss.importance_sampling == "on"
+    return not worker.shares_weights
+
+
 @dataclass
 class _MicroBatch:
     """One micro-batch of a training step: its records, their collated tensors, the count of
@@ -317,8 +337,6 @@ class SelfPlayModule(L.LightningModule):
         self.model, self.tokenizer = load_policy(self.policy_settings)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.strict_loading = not self.uses_adapter
-        self.rollout_worker = None
-        self.rollout_overlap = nullcontext  # see attach_rollout_worker
         self._move_token_ids: dict[str, int | None] = {}
         self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
         self.last_batch = None
@@ -339,12 +357,15 @@ class SelfPlayModule(L.LightningModule):
                 f"manual optimisation does not run)"
             )
 
-    def attach_rollout_worker(self, worker, overlap=nullcontext) -> None:
-        """Called by the DataModule: the worker whose weights follow every optimizer step, and
-        ``overlap``, the context in which the update runs: under asynchronous collection it lends
-        the arena to the producer thread, which plays the next batches meanwhile."""
-        self.rollout_worker = worker
-        self.rollout_overlap = overlap
+    @property
+    def engine(self):
+        """The run's engine (the DataModule's): the worker whose weights follow every optimizer
+        step, sampling, evaluation (sp_lightning.engine)."""
+        return engine_of(self.trainer)
+
+    def configure_callbacks(self):
+        """The callbacks the config's ``data`` block installs (a league's), handed to Lightning."""
+        return callbacks_of(self.trainer)
 
     # ---- optimisation -------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -355,10 +376,10 @@ class SelfPlayModule(L.LightningModule):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: self.optim.lr_factor(step, total))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False):
+    def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False, temperature: float = 1.0):
         """(logprobs, logits) of the completion window: (B, K) logprob of each target token under
         the policy (or the base model with ``disable_adapter``) and the (B, K, V) logits behind it,
-        scaled by the sampling temperature as the sampler's were."""
+        scaled by the sampling ``temperature`` as the sampler's were."""
         ctx = self.model.disable_adapter() if disable_adapter else nullcontext()
         window = batch.targets.shape[1]
         with ctx:
@@ -373,17 +394,9 @@ class SelfPlayModule(L.LightningModule):
                     logits_to_keep=window + 1,
                 ).logits
         logits = logits[:, :-1]  # (B, K, V) the columns that predict the last K tokens
-        temperature = self._sampling_temperature()
         if temperature not in (0.0, 1.0):  # the sampler's logprobs were taken after temperature
             logits = logits / temperature
         return gather_logprobs(logits, batch.targets), logits
-
-    def _uses_importance_sampling(self) -> bool:
-        """Whether the loss corrects for a sampler that is not the trainer (loss.importance_sampling)."""
-        setting = self.loss_settings.importance_sampling
-        if setting != "auto":
-            return setting == "on"
-        return self.rollout_worker is not None and not getattr(self.rollout_worker, "shares_weights", False)
 
     def _shares_prompts(self) -> bool:
         """Whether micro-batches may compute each distinct prompt once. Not under gradient
@@ -395,12 +408,10 @@ class SelfPlayModule(L.LightningModule):
             checkpointing = getattr(self.model, "is_gradient_checkpointing", False)
         return not checkpointing
 
-    def _sampling_temperature(self) -> float:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        return float(dm.sampling.temperature) if dm is not None else 1.0
-
     def training_step(self, dataloader_iter):
+        # ---- rollout: the batch the engine played with the current weights ----
         batch, _, _ = next(dataloader_iter)
+        engine = self.engine
         opt = self.optimizers()
         records = batch.records
         self.last_batch = batch
@@ -408,15 +419,17 @@ class SelfPlayModule(L.LightningModule):
         if not records:  # every move came from bots or was empty: nothing to learn this step
             self._log_rollout(batch.metrics)
             return None
-        with self.rollout_overlap():  # asynchronous collection plays the next batches meanwhile
-            totals, passes = self._update(opt, records)
+        # ---- update: loss over micro-batches, optimizer step(s) ----
+        how = _UpdateInputs(temperature=float(engine.sampling.temperature),
+                            importance_sampling=uses_importance_sampling(self.loss_settings, engine.worker))
+        with engine.update_overlap():  # asynchronous collection plays the next batches meanwhile
+            totals, passes = self._update(opt, records, how)
         if passes == 0:  # nothing learnt from this batch
             self._log_rollout(batch.metrics)
             return None
         if passes == self.update_epochs:
             self.nonfinite_in_a_row = 0
-        if self.rollout_worker is not None:
-            self.rollout_worker.sync_weights(self.global_step)
+        engine.worker.sync_weights(self.global_step)
         # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
         # earlier passes moved the policy from the one that played) ----
         elapsed = time.perf_counter() - start
@@ -439,7 +452,7 @@ class SelfPlayModule(L.LightningModule):
         self._log_rollout(batch.metrics)
         return None
 
-    def _update(self, opt, records: list[TrainingRecord]) -> tuple[dict[str, float], int]:
+    def _update(self, opt, records: list[TrainingRecord], how: _UpdateInputs) -> tuple[dict[str, float], int]:
         """``update_epochs`` passes over the records, each ending in an optimizer step; returns
         the last completed pass's diagnostics and how many passes stepped."""
         # collated once, reused by every pass; with several passes each micro-batch's legal-move
@@ -456,23 +469,23 @@ class SelfPlayModule(L.LightningModule):
         totals: dict[str, float] = {}
         passes = 0  # passes that ended in an optimizer step
         for _ in range(self.update_epochs):
-            pass_totals = self._accumulate_gradients(micro_batches, num_tokens, len(records))
+            pass_totals = self._accumulate_gradients(micro_batches, num_tokens, len(records), how)
             if not self._optimizer_step(opt, records, pass_totals):
                 break  # keep what the earlier passes learnt, if any
             totals, passes = pass_totals, passes + 1
         return totals, passes
 
     def _accumulate_gradients(self, micro_batches: list[_MicroBatch], num_tokens: int,
-                              num_records: int) -> dict[str, float]:
+                              num_records: int, how: _UpdateInputs) -> dict[str, float]:
         """One pass of the loss over the batch's micro-batches, the gradients accumulated for one
         optimizer step; returns the pass's diagnostics (token-weighted) and its summed loss."""
         s = self.loss_settings
         totals: dict[str, float] = {}
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
-        importance_sampling = self._uses_importance_sampling()
+        importance_sampling = how.importance_sampling
         for micro in micro_batches:
             mb = micro.tensors
-            logprobs, logits = self.sequence_logprobs(mb)
+            logprobs, logits = self.sequence_logprobs(mb, temperature=how.temperature)
             if micro.trainer_logprobs is None:  # the first pass: still the weights that played
                 micro.trainer_logprobs = logprobs.detach()
                 micro.sampler_mismatch = masked_mean((micro.trainer_logprobs - mb.old_logprobs).abs(), mb.loss_mask)
@@ -483,7 +496,7 @@ class SelfPlayModule(L.LightningModule):
             ref_logprobs = None
             if s.kl_coef > 0 and self.uses_adapter:
                 with torch.no_grad():
-                    ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True)
+                    ref_logprobs, _ = self.sequence_logprobs(mb, disable_adapter=True, temperature=how.temperature)
             entropy_coef = s.entropy_coef_at(self.global_step)
             entropy_logits = logits if entropy_coef else logits.detach()  # no graph for a diagnostic
             if uses_legal_moves:
@@ -601,23 +614,9 @@ class SelfPlayModule(L.LightningModule):
 
     # ---- evaluation ---------------------------------------------------------------------------
     def validation_step(self, game, batch_idx):
-        from sp_lightning.evaluation.matches import evaluate
-
-        dm = self.trainer.datamodule
-        result = evaluate(dm.worker, game, opponent=dm.eval.opponent, sampling=dm.eval_sampling(),
-                          games_per_seat=max(1, dm.eval.games // len(game.agents)), seed=dm.eval.seed,
-                          env_overrides=dm.eval_env_overrides(), remotes=dm.remote_models)
-        metrics = result.as_metrics(f"val/{game.name}")
-        line = f"[eval step {self.global_step}] {game.name} vs {dm.eval.opponent}: {result.summary()}"
-        if dm.eval.exploitability:
-            from sp_lightning.evaluation.strategy import exploitability_metrics
-
-            exploit_metrics, exploit = exploitability_metrics(dm.worker, game, f"val/{game.name}")
-            metrics.update(exploit_metrics)
-            if exploit is not None:
-                line += f"; exploitability {exploit.exploitability:.4f} (legal mass {exploit.legal_mass_mean:.3f})"
+        metrics, line = self.engine.validate(game, f"val/{game.name}")
         self.log_dict(metrics, batch_size=1)
-        self.print(line)
+        self.print(f"[eval step {self.global_step}] {line}")
 
     # ---- checkpoints: only what was trained -----------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -640,27 +639,33 @@ class SelfPlayModule(L.LightningModule):
         states, self._resumed_rng_states = self._resumed_rng_states, None
         if states is not None:
             rng_streams.set_global_states(states)
-        if self.rollout_worker is not None:
-            self.rollout_worker.sync_weights(self.global_step)
-        arena = self._datamodule_arena()
-        if arena is not None:
-            arena.on_train_start()
+        self.engine.worker.sync_weights(self.global_step)
+        self.engine.on_train_start()
 
     def on_validation_start(self) -> None:
         """Validation plays the weights being validated: a worker with a copy of its own gets
         them first (``validate --ckpt_path``, a resumed fit's sanity check)."""
-        if self.rollout_worker is not None:
-            self.rollout_worker.sync_weights(self.global_step)
+        self.engine.worker.sync_weights(self.global_step)
 
     def on_train_end(self) -> None:
-        arena = self._datamodule_arena()
-        if arena is not None:
-            arena.on_train_end()
+        self.engine.on_train_end()
 
-    def _datamodule_arena(self):
-        """The arena of the run's DataModule (its lifecycle hooks follow training), if any."""
-        dm = getattr(self.trainer, "datamodule", None)
-        return getattr(dm, "arena", None)
+    def load_policy_weights(self, path: str | os.PathLike[str]) -> None:
+        """Load a trained policy: a Lightning ``.ckpt`` (its trainable weights) or a peft adapter
+        directory. Weights that do not fit the config's model raise, naming them."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self.model, load_file(os.path.join(path, "adapter_model.safetensors")))
+            return
+        state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+        params = dict(self.named_parameters())
+        missing = [k for k in state if k not in params]
+        if missing:
+            raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
+        self.load_state_dict(state, strict=False)
 
     def save_adapter(self, path: str | os.PathLike[str]) -> None:
         """The trained adapter (or the whole model without LoRA) and the tokenizer, with

@@ -1,8 +1,5 @@
-"""``sp-lightning play``: a person plays a game in the terminal against a policy or a bot.
-
-    sp-lightning play --config configs/tictactoe_tiny.yaml \\
-        --checkpoint runs/tictactoe_tiny/checkpoints/best.ckpt          # against the checkpoint
-    sp-lightning play --game kuhn_poker_v1 --opponent bot:random --seat 1
+"""A person plays a game against a policy or a bot: in the terminal (``sp-lightning play``,
+``sp_lightning.cli.play``) or a move per notebook cell (:class:`GameSession`).
 
 The person sees exactly what a model in their seat is shown: their own observation (their card,
 never the other's) and nothing of the other seats' texts beyond what the game itself reports.
@@ -19,15 +16,15 @@ invalid move handled by the env's ``invalid_move`` policy, as in training.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
-from envs import parse_move, play, play_turns
+from envs import parse_move, play_turns
 from envs.bots import BOTS, make_bots
-from sp_lightning.games import GameSettings, as_policy, parse_policy
+from sp_lightning.evaluation.matches import serve_policy
+from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
-from sp_lightning.types import ModelRequest, PolicyRef
+from sp_lightning.types import ModelRequest, PolicyKind, PolicyRef, as_policy
 
 QUIT = ("quit", "exit", "resign")
 
@@ -50,9 +47,10 @@ def format_result(totals: dict[str, float]) -> str:
     return "Result: " + ", ".join(f"{agent} {reward:+g}" for agent, reward in totals.items())
 
 
-def require_bot(spec: PolicyRef) -> None:
-    if spec.kind == "bot" and spec.name not in BOTS:
-        raise ValueError(f"bot:{spec.name}: no such bot; known: {', '.join(sorted(BOTS))}")
+def require_bot(spec: PolicyRef, key: str = "opponent") -> None:
+    """Refuse a ``bot:<name>`` no bot answers to, naming ``key``."""
+    if spec.kind is PolicyKind.BOT and spec.name not in BOTS:
+        raise ValueError(f"{key} bot:{spec.name}: no such bot; known: {', '.join(sorted(BOTS))}")
 
 
 class PlayerQuit(Exception):
@@ -99,81 +97,7 @@ class ModelPlayer:
         return template.parse(completion.text).action_text  # None: an invalid move
 
 
-def play_main(args: list[str], read: Callable[[str], str] = input,
-              write: Callable[[str], None] = print) -> dict[str, float] | None:
-    """``sp-lightning play``: returns each seat's total reward, or None if the person quit."""
-    import argparse
-
-    from sp_lightning.cli import build_from_config, load_checkpoint
-
-    parser = argparse.ArgumentParser(
-        prog="sp-lightning play", description=__doc__.split("\n")[0],
-        epilog="--config <yaml> (repeatable) and any fit option (--model..., --data...) choose the model and "
-               "the games, as for fit; give the config a checkpoint was trained with. Without --config: "
-               "the default tiny model and --game.")
-    parser.add_argument("--game", help="game id (one of the config's games; default: its first). "
-                        "Without --config, any registered game id")
-    parser.add_argument("--opponent", default="learner",
-                        help="learner | base | checkpoint:<adapter dir> | bot:<name> (default: learner)")
-    parser.add_argument("--checkpoint", help="Lightning .ckpt or peft adapter dir loaded as the learner")
-    parser.add_argument("--seat", type=int, default=0, help="your seat, 0-based (default 0: you move first)")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the deal and of the opponents")
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="opponent sampling temperature (default: the config's eval temperature)")
-    ours, rest = parser.parse_known_args(args)
-    for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
-        logging.getLogger(name).setLevel(logging.WARNING)
-    has_config = any(a == "--config" or a.startswith("--config=") for a in rest)
-    if not has_config:
-        if not ours.game:
-            parser.error("give --config or --game")
-        rest = [*rest, f"--data.games=[{{\"id\": \"{ours.game}\"}}]"]
-    spec = parse_policy(ours.opponent)
-    try:
-        require_bot(spec)
-    except ValueError as exc:
-        parser.error(f"--opponent {exc}")
-    module, dm = build_from_config(*rest)
-    game = _pick_game(dm.games, ours.game, parser)
-    env = game.make_env()
-    seats = env.possible_agents
-    if not 0 <= ours.seat < len(seats):
-        parser.error(f"--seat {ours.seat}: {game.name} has seats 0..{len(seats) - 1}")
-    human = seats[ours.seat]
-    sampling = dm.eval_sampling()
-    if ours.temperature is not None:
-        import dataclasses
-
-        sampling = dataclasses.replace(sampling, temperature=ours.temperature)
-    worker = None
-    if spec.kind != "bot":
-        if ours.checkpoint:
-            try:
-                load_checkpoint(module, ours.checkpoint)
-            except ValueError as exc:
-                hint = "" if has_config else "; pass the --config the checkpoint was trained with"
-                parser.error(f"{exc}{hint}")
-        worker = dm.rollout_factory(module.model, module.tokenizer)
-    policies: dict[str, Any] = {human: HumanPlayer(read, write)}
-    for agent, player in opponent_players(game, human, ours.opponent, worker, sampling, ours.seed).items():
-        policies[agent] = _announced(player, agent, write)
-    against = ours.opponent
-    if spec.kind == "learner":
-        against = ours.checkpoint or "the untrained policy (no --checkpoint: expect invalid moves)"
-    example = (game.info.moves[0] if game.info is not None and game.info.moves else "[4]")
-    write(f"{game.name}: you are {human} (seat {ours.seat}) against {against}. "
-          f"Type a move, e.g. {example} (or {example.strip('[]')}); quit to leave.")
-    try:
-        totals = play(env, policies, seed=ours.seed)
-    except PlayerQuit:
-        write("\nYou left the game.")
-        return None
-    write("\n" + env.observe(human)["text"])
-    write(format_result(totals))
-    return totals
-
-
-def _announced(player: Callable[[str, list[str]], str | None], agent: str, write: Callable[[str], None]):
+def announced(player: Callable[[str, list[str]], str | None], agent: str, write: Callable[[str], None]):
     """``player``, saying what it played: the person's next view may not show it (a board does
     not say which cell is new)."""
 
@@ -195,11 +119,9 @@ def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, 
     as the arena seeds its bots), or a model policy served by ``worker`` (``learner``, ``base``,
     ``checkpoint:<name>`` of an adapter the worker holds, or ``checkpoint:<adapter dir>``, which
     is registered under the directory's name)."""
-    from sp_lightning.evaluation.matches import serve_policy
-
     spec = as_policy(opponent)
     seats = [agent for agent in game.agents if agent != human]
-    if spec.kind == "bot":
+    if spec.kind is PolicyKind.BOT:
         require_bot(spec)
         bot = make_bots(seed)[spec.name]
         return {agent: bot.act for agent in seats}
@@ -263,13 +185,3 @@ class GameSession:
 
     def result(self) -> str:
         return format_result(self.totals)
-
-
-def _pick_game(games: list[GameSettings], wanted: str | None, parser) -> GameSettings:
-    if wanted is None:
-        return games[0]
-    for game in games:
-        if wanted in (game.id, game.name):
-            return game
-    parser.error(f"--game {wanted}: not among the config's games ({', '.join(g.name for g in games)})")
-    raise AssertionError  # parser.error exits

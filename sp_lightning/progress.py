@@ -4,11 +4,11 @@ Lightning's default bar shows the step count and the loss, which says little abo
 run (the policy-gradient loss hovers around zero whether or not the policy improves). The fit
 shows instead, from the metrics the module, the arena and the league already log:
 
-- ``win``: the hero's win rate in this step's training games (all opponents);
+- ``win``: the learner's win rate in this step's training games (all opponents);
 - ``val win`` and ``legal``: the last validation's win rate and legal-move rate against the
   evaluation opponent (the number the checkpoint is selected by);
 - ``rollout tok/s`` and ``train tok/s``: generation and learning throughput;
-- with a league: ``hero``, the hero's rating (TrueSkill mu - 3 sigma), and ``mix``, the
+- with a league: ``learner``, the learner's rating (TrueSkill mu - 3 sigma), and ``mix``, the
   realised opponent-type shares of the step (mirror / peer / exploitable / baseline).
 
 In a terminal this is a ``rich`` bar (``SelfPlayProgressBar``). When output is not a terminal
@@ -57,8 +57,8 @@ def progress_summary(metrics: Mapping[str, Any]) -> dict[str, str]:
     for key, name in (("rollout/tokens_per_s", "rollout tok/s"), ("train/tokens_per_s", "train tok/s")):
         if key in metrics:
             out[name] = f"{_value(metrics[key]):,.0f}"
-    if "league/hero/rating" in metrics:
-        out["hero"] = f"{_value(metrics['league/hero/rating']):.1f}"
+    if "league/learner/rating" in metrics:
+        out["learner"] = f"{_value(metrics['league/learner/rating']):.1f}"
     mix = [(letter, metrics.get(f"league/mix/{kind}")) for kind, letter in MIX_LETTERS.items()]
     if any(v is not None for _, v in mix):
         out["mix"] = " ".join(f"{letter}{_value(v):.2f}" for letter, v in mix if v is not None)
@@ -107,7 +107,7 @@ class ProgressLines(ProgressBar):
         step = trainer.global_step
         if step % self.every == 0 or step == trainer.max_steps:
             fields = self._fields(trainer.callback_metrics,
-                                  ("win", "rollout tok/s", "train tok/s", "hero", "mix"))
+                                  ("win", "rollout tok/s", "train tok/s", "learner", "mix"))
             total = f"/{trainer.max_steps}" if trainer.max_steps > 0 else ""
             self._write(f"step {step}{total}  {fields}".rstrip())
 

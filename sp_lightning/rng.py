@@ -53,3 +53,9 @@ def set_object_state(obj: Any, state: dict[str, Any]) -> None:
         obj.rng.bit_generator.state = state["numpy"]
     else:
         obj.rng.setstate(state["python"])
+
+
+def seeded_rng(seed: int, rank: int = 0, batch: int = 0) -> random.Random:
+    """One RNG per data-parallel rank and batch: ranks play different games, and a batch's games
+    depend only on (seed, rank, batch), so a resumed run draws the games the unbroken run drew."""
+    return random.Random(f"{seed}/{rank}/{batch}")

@@ -1,6 +1,6 @@
 """Compute each distinct prompt of a micro-batch once: the forward of GRPO groups, shared.
 
-GRPO samples a group of completions per prompt (eight in the benchmarks, sixteen is common),
+GRPO samples a group of completions per prompt (often eight or sixteen),
 and a plain forward runs every row's prompt through the model again: with short completions
 (game moves, answers) the prompt is most of the tokens, so most of the training compute is the
 same prompt computed eight times. Here the model runs in two passes instead:
@@ -20,9 +20,10 @@ layout, so the (B, K) window, targets and masks line up the same way.
 
 ``collate_shared`` is used only where it pays: the shared layout's token count (distinct
 prompts x their width + rows x the suffix width) must be at most ``MAX_SHARED_FRACTION`` of
-the plain layout's. In Tic-Tac-Toe GRPO batches of 8 prompts x 8 completions that is ~25% and
-the update runs ~2x faster (benchmarks/bench_trl.py); in game batches where every record has
-its own board it falls back to the plain layout.
+the plain layout's. In GRPO batches (many completions per prompt) the shared layout is a small
+fraction of the plain one and the update is correspondingly faster (benchmarks/bench_trl.py
+measures it); in game batches where every record has its own board it falls back to the plain
+layout.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ TensorBoard and the config names none) does three things:
 
 - at the start of a fit it writes a custom-scalars layout (TensorBoard's "Custom Scalars" tab):
   training (loss terms, entropy, gradient norm, learning rate), rollout (win/draw/invalid rates
-  per game, throughput), league (the hero's rating beside the baselines' and the past best, the
+  per game, throughput), league (the learner's rating beside the baselines' and the past best, the
   opponent-type mix, win rate per opponent type) and evaluation (validation win rate with its
   interval, legal moves, exploitability). Charts match tags by regular expression, so every game
   and every baseline gets its line without listing them;
@@ -27,6 +27,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from sp_lightning.engine import engine_of
 from sp_lightning.types import Rollout
 
 LAYOUT: dict[str, dict[str, list[Any]]] = {
@@ -38,14 +39,14 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "step seconds": ["Multiline", [r"train/step_seconds$", r"train/update_seconds$", r"rollout/seconds$"]],
     },
     "rollout": {
-        "hero win rate in training games": ["Multiline", [r"games/[^/]+/win$"]],
+        "learner win rate in training games": ["Multiline", [r"games/[^/]+/win$"]],
         "draws and losses": ["Multiline", [r"games/[^/]+/draw$", r"games/[^/]+/loss$"]],
         "invalid moves": ["Multiline", [r"games/[^/]+/invalid_move_rate$", r"games/[^/]+/cut_off_.*"]],
         "tokens per second": ["Multiline", [r"rollout/tokens_per_s$", r"train/tokens_per_s$"]],
     },
     "league": {
-        "ratings (TrueSkill mu - 3 sigma)": ["Multiline", [r"league/(hero|best|baseline/[^/]+)/rating$"]],
-        "Elo": ["Multiline", [r"league/(hero|best|baseline/[^/]+)/elo$"]],
+        "ratings (TrueSkill mu - 3 sigma)": ["Multiline", [r"league/(learner|best|baseline/[^/]+)/rating$"]],
+        "Elo": ["Multiline", [r"league/(learner|best|baseline/[^/]+)/elo$"]],
         "opponent-type mix": ["Multiline", [r"league/mix/.*"]],
         "win rate per opponent type": ["Multiline", [r"league/win_rate/.*"]],
         "background evaluation": ["Multiline", [r"league/eval/win_rate.*"]],
@@ -126,7 +127,7 @@ class TensorBoardGames(Callback):
     def on_fit_start(self, trainer, pl_module) -> None:
         writer = self._writer(trainer) if trainer.is_global_zero else None
         if writer is not None:
-            games = [g.name for g in getattr(trainer.datamodule, "games", [])]
+            games = [g.name for g in engine_of(trainer).games]
             writer.add_custom_scalars(custom_scalars_layout(games))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -2,15 +2,15 @@
 
 The tiny model's operations are small, so torch's OpenMP threads spend much of a step waiting
 for each other. GNU OpenMP waits by spinning, and a spinning thread on a core another process
-needs takes that core from it. ``benchmarks/bench_shared_cpu.py``, one run on a 2-core machine
-(median step of the default tiny run): torch's defaults 0.60 s alone and 1.81 s beside one busy
-process (x3.0); these defaults 0.75 s alone and 1.12 s beside it (x1.5). Sleeping costs a
-quarter alone and saves 40% when shared; a shared laptop is the case this engine is built for.
-So, unless the user chose otherwise:
+needs takes that core from it. Sleeping waiters cost some speed on an idle machine and save
+much more when another process wants the cores (``benchmarks/bench_shared_cpu.py`` measures both;
+docs/benchmarks.md has the figures); a shared laptop is the case this engine is built for. So,
+unless the user chose otherwise:
 
 - waiting threads sleep (``OMP_WAIT_POLICY=PASSIVE``), which must be set before torch loads its
-  OpenMP runtime: ``sp_lightning/__init__.py`` calls :func:`set_wait_policy` first thing, which
-  covers the ``sp-lightning`` command and any script that imports sp_lightning before torch;
+  OpenMP runtime: the ``sp-lightning`` command calls :func:`set_wait_policy` when it starts,
+  before its subcommand imports torch (importing the package changes nothing); a script sets
+  ``OMP_WAIT_POLICY`` itself, or calls :func:`set_wait_policy` before importing torch;
 - torch uses as many threads as this process may run on: the CPUs of its affinity mask, capped
   by a cgroup CPU quota (a container's ``--cpus``), not every core of the host.
 

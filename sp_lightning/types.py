@@ -8,32 +8,79 @@ policy (and which version of it) produced it, for ratings and staleness checks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
+
+
+class PolicyKind(str, Enum):
+    """What plays a seat. Each rollout backend maps a kind to what serves it in one place."""
+
+    LEARNER = "learner"
+    """The policy being trained."""
+    BASE = "base"
+    """The base model with the learner's adapter disabled."""
+    CHECKPOINT = "checkpoint"
+    """A saved adapter; the reference's ``name`` is its id."""
+    BOT = "bot"
+    """A scripted player (``random``, ``chaos``...); ``name`` is the bot's name."""
+    REMOTE = "remote"
+    """A model behind an OpenAI-compatible server; ``name`` is its key in ``data.remote_models``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+LEARNER_ID = PolicyKind.LEARNER.value
+"""The learner's one name: its policy spec, its league agent id and type, its metrics' prefix."""
 
 
 @dataclass(frozen=True)
 class PolicyRef:
-    """Who plays a seat.
+    """Who plays a seat: a :class:`PolicyKind` and, for checkpoints, bots and remote models, a name.
 
-    ``kind`` is one of ``"learner"`` (the policy being trained), ``"base"`` (the base model with
-    the adapter disabled), ``"checkpoint"`` (a saved adapter, ``name`` is its id), ``"bot"``
-    (a scripted player such as ``random`` or ``chaos``; ``name`` is the bot's name), or
-    ``"remote"`` (a model behind an OpenAI-compatible server; ``name`` is its key in
-    ``data.remote_models``).
+    Written as a spec string in configs and on the command line: ``learner``, ``base``,
+    ``checkpoint:<id>``, ``bot:<name>``, ``remote:<name>`` (:func:`parse_policy`).
     """
 
-    kind: str
+    kind: PolicyKind
     name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", PolicyKind(self.kind))  # a spec's string kind, checked
 
     @property
     def is_model(self) -> bool:
-        return self.kind != "bot"
+        return self.kind is not PolicyKind.BOT
+
+    @property
+    def is_learner(self) -> bool:
+        return self.kind is PolicyKind.LEARNER
 
     def __str__(self) -> str:
-        return f"{self.kind}:{self.name}" if self.name else self.kind
+        return f"{self.kind.value}:{self.name}" if self.name else self.kind.value
 
 
-LEARNER = PolicyRef("learner")
+LEARNER = PolicyRef(PolicyKind.LEARNER)
+
+_NAMED = (PolicyKind.BOT, PolicyKind.CHECKPOINT, PolicyKind.REMOTE)
+
+
+def parse_policy(spec: str, what: str = "policy") -> PolicyRef:
+    """``learner`` | ``base`` | ``bot:<name>`` | ``checkpoint:<id>`` | ``remote:<name>`` -> PolicyRef;
+    ``what`` names the spec in the error (``opponent``...)."""
+    kind, _, name = spec.partition(":")
+    if kind in (PolicyKind.LEARNER.value, PolicyKind.BASE.value) and not name:
+        return PolicyRef(PolicyKind(kind))
+    if kind in {k.value for k in _NAMED} and name:
+        return PolicyRef(PolicyKind(kind), name)
+    raise ValueError(
+        f"{what} {spec!r}: expected 'learner', 'base', 'bot:<name>', 'checkpoint:<id>' or 'remote:<name>'"
+    )
+
+
+def as_policy(spec: str | PolicyRef) -> PolicyRef:
+    """A policy given as a spec string or as a PolicyRef, as a PolicyRef."""
+    return spec if isinstance(spec, PolicyRef) else parse_policy(spec)
 
 
 @dataclass(frozen=True)
@@ -54,7 +101,7 @@ class ModelRequest:
     policy: PolicyRef
     legal_actions: list[str] | None = None  # lets bots answer without a model
     policy_version: int | None = None
-    """The rollout worker's weight version when a ``learner`` request was sent (set by the arena):
+    """The rollout worker's weight version when a learner request was sent (set by the arena):
     the completion was sampled from that version. Other policies' weights never change."""
 
 
@@ -94,7 +141,7 @@ class Step:
     def trainable(self) -> bool:
         """Only steps played by the learning policy with real tokens, in an episode that trains,
         become training records."""
-        return (self.in_trainable_episode and self.completion.policy.kind == "learner"
+        return (self.in_trainable_episode and self.completion.policy.is_learner
                 and bool(self.completion.completion_ids))
 
 

@@ -26,7 +26,14 @@ from sp_lightning.types import Completion, ModelRequest
 class ScriptedWorker(RolloutWorker):
     """Test double: answers each request with ``answer`` (None: the request's first legal move;
     a string; or a function of the request), as the tokens ``completion_ids`` (a list, or a
-    function of the request), and records every generate call."""
+    function of the request), and records every generate call. It serves no checkpoint and
+    scores nothing (capabilities False, those calls refused)."""
+
+    trains = True
+    shares_weights = True
+    supports_async = False
+    serves_checkpoints = False
+    scores_completions = False
 
     def __init__(self, answer: str | Callable[[ModelRequest], str] | None = None,
                  completion_ids: Sequence[int] | Callable[[ModelRequest], list[int]] = (3, 4)):
@@ -48,6 +55,18 @@ class ScriptedWorker(RolloutWorker):
                                   logprobs=[-0.5] * len(ids), policy=r.policy))
         return out
 
+    def completion_logprobs(self, requests, completions):
+        raise NotImplementedError("ScriptedWorker scores nothing")
+
+    def register_adapter(self, name, path):
+        raise NotImplementedError("ScriptedWorker serves no checkpoint")
+
+    def forget_adapter(self, name):
+        pass
+
+    def close(self):
+        pass
+
 
 class KeepBatches(L.Callback):
     """Keeps every training step's Batch (records, rollouts, metrics)."""
@@ -62,7 +81,7 @@ class KeepBatches(L.Callback):
 def fit_batches(config: str, tmp_path, steps: int, *overrides: str):
     """``fit`` ``config`` (with command-line ``overrides``) for ``steps`` optimizer steps, without
     validation, logger or checkpoints; returns (trainer, the batches trained on)."""
-    from sp_lightning.cli import build_from_config, make_trainer
+    from sp_lightning import build_from_config, make_trainer
 
     module, dm = build_from_config("--config", config, *overrides)
     keep = KeepBatches()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sp_lightning.arena import Arena, to_records
+from sp_lightning.arena import Arena
+from sp_lightning.batch import to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import Episode
 from sp_lightning.games import GameSettings

@@ -63,11 +63,11 @@ def test_a_concurrency_limit_bounds_the_episodes_in_flight_and_keeps_the_results
     requests = [EpisodeRequest(TICTACTOE.episode(MIRROR), seed) for seed in range(16)]
     free = Arena(ScriptedWorker(), SamplingSettings())
     unlimited = free.generate_rollouts(requests)
-    assert free.last_most_in_flight == 16
+    assert free.last_play.most_in_flight == 16
     worker = ScriptedWorker()
     limited_arena = Arena(worker, SamplingSettings(), max_concurrent=4)
     limited = limited_arena.generate_rollouts([EpisodeRequest(TICTACTOE.episode(MIRROR), s) for s in range(16)])
-    assert limited_arena.last_most_in_flight == 4
+    assert limited_arena.last_play.most_in_flight == 4
     assert max(len(call) for call in worker.calls) == 4
 
     def moves(rollouts):
@@ -127,7 +127,6 @@ def test_sanity_check_batch_prints_records_with_masks_and_advantages(tiny_policy
     model, tokenizer = tiny_policy
     arena = Arena(HFRolloutWorker(model, tokenizer), SamplingSettings(max_new_tokens=1), bots=make_bots(0),
                   credit=EpisodicRewardCredit())
-    arena.source = None
     arena.add_episode(TICTACTOE.episode({"player_0": LEARNER, "player_1": PolicyRef("bot", "random")}))
     batch = arena.step(size=2)
     out = io.StringIO()
@@ -139,7 +138,7 @@ def test_sanity_check_batch_prints_records_with_masks_and_advantages(tiny_policy
 
 
 class CurriculumArena(Arena):
-    """A custom arena (named in ``data.arena`` by tests): the hero always opens as X against
+    """A custom arena (named in ``data.arena`` by tests): the learner always opens as X against
     RandomBot, the games' count per batch grows by one each batch, and every hook is recorded."""
 
     calls: list[str] = []
@@ -185,6 +184,7 @@ def test_step_and_run_drive_a_custom_arena_outside_lightning():
     assert "episode tictactoe_v1 (level 0; player_0=learner, player_1=bot:random)" in text
 
 
+@pytest.mark.slow
 def test_a_custom_arena_trains_through_fit_unchanged(tmp_path):
     CurriculumArena.calls = []
     _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2,

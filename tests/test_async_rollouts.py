@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from envs import make_bots
-from sp_lightning.arena import Arena, seeded_rng
+from sp_lightning.arena import Arena
+from sp_lightning.rng import seeded_rng
 from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings
 from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.rollout.base import SamplingSettings
@@ -47,12 +48,15 @@ class VersionStampingWorker(ScriptedWorker):
 
 
 def _collector(worker, settings: AsyncRolloutSettings, update_epochs: int = 1):
+    """A real collector over a real arena built on its serialized worker (as the engine builds
+    them); returns (collector, the serialized worker, the arena)."""
     game = GameSettings(id="tictactoe_v1", opponents={"learner": 0.5, "bot:random": 0.5})
-    arena = Arena(worker, SamplingSettings(), bots=make_bots(0), source=GameMix([game], FixedMix()),
-                  episodes_per_batch=4)
-    collector = AsyncCollector(arena, settings, lambda index: seeded_rng(0, 0, batch=index),
+    arenas = []
+    collector = AsyncCollector(worker, settings, lambda: arenas[0].step(seeded_rng(0, 0, arenas[0].steps_done)),
                                update_epochs=update_epochs)
-    return collector, collector.worker
+    arenas.append(Arena(collector.worker, SamplingSettings(), bots=make_bots(0),
+                        source=GameMix([game], FixedMix()), episodes_per_batch=4))
+    return collector, collector.worker, arenas[0]
 
 
 def _wait_for(condition, baton: ArenaBaton, timeout: float = 60.0) -> None:
@@ -67,10 +71,10 @@ def test_records_older_than_the_lag_bound_are_dropped_and_counted():
     """queue_size 2: the producer fills the queue and waits with a third batch, all played at
     version 0. The trainer then steps three times: those 24+ records have lag 3 > 1, so all three
     batches are dropped, and the batch served is the first one played at version 3."""
-    collector, worker = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=2, max_policy_lag=1))
+    collector, worker, arena = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=2, max_policy_lag=1))
     collector.start()
     try:
-        _wait_for(lambda: collector.queue.full() and collector.arena.steps_done == 3, collector.baton)
+        _wait_for(lambda: collector.queue.full() and arena.steps_done == 3, collector.baton)
         worker.sync_weights(3)  # three optimizer steps while they waited
         batch = collector.next_batch(trainer_version=3)
         assert collector.dropped_batches == 3
@@ -87,7 +91,7 @@ def test_records_older_than_the_lag_bound_are_dropped_and_counted():
 
 
 def test_records_within_the_lag_bound_are_served_with_their_lag_histogram():
-    collector, worker = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1, max_policy_lag=2))
+    collector, worker, _ = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1, max_policy_lag=2))
     collector.start()
     try:
         _wait_for(lambda: collector.queue.full(), collector.baton)
@@ -105,7 +109,7 @@ def test_the_default_lag_bound_is_the_steady_state_lag_of_the_queue_and_the_upda
     assert AsyncRolloutSettings(queue_size=2).lag_bound(update_epochs=3) == 9
     assert AsyncRolloutSettings(queue_size=2, max_policy_lag=1).lag_bound(update_epochs=3) == 1
     # two optimizer steps per batch: a batch trained two batches after it was played has lag 4, kept
-    collector, worker = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1), update_epochs=2)
+    collector, worker, _ = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1), update_epochs=2)
     collector.start()
     try:
         _wait_for(lambda: collector.queue.full(), collector.baton)
@@ -154,7 +158,7 @@ class ReentryCheckingWorker(VersionStampingWorker):
 
 def test_worker_calls_from_both_threads_never_overlap():
     inner = ReentryCheckingWorker()
-    collector, worker = _collector(inner, AsyncRolloutSettings(queue_size=4))
+    collector, worker, _ = _collector(inner, AsyncRolloutSettings(queue_size=4))
     collector.start()
     try:
         with collector.baton.lent():  # as during an update: the producer plays meanwhile
@@ -175,28 +179,29 @@ def test_stop_ends_the_producer_at_its_next_worker_call_and_frees_the_arena():
             time.sleep(0.05)
             return super().generate(requests, sampling)
 
-    collector, _ = _collector(SlowWorker(), AsyncRolloutSettings(queue_size=1))
+    slow = SlowWorker()
+    collector, worker, _ = _collector(slow, AsyncRolloutSettings(queue_size=1))
     collector.start()
-    _wait_for(lambda: len(collector.arena.worker.calls) >= 2, collector.baton)  # mid-batch
-    calls_at_stop = len(collector.arena.worker.calls)
+    _wait_for(lambda: len(slow.calls) >= 2, collector.baton)  # mid-batch
+    calls_at_stop = len(slow.calls)
     start = time.monotonic()
     assert collector.stop()
     assert time.monotonic() - start < 5.0  # not a whole run of batches
-    assert len(collector.arena.worker.calls) <= calls_at_stop + 1  # at most the call in flight, not the batch
+    assert len(slow.calls) <= calls_at_stop + 1  # at most the call in flight, not the batch
     assert collector.thread is None and not collector.baton.held_here()
     assert collector.baton._lock.acquire(blocking=False)  # nobody holds the arena
     # afterwards a call from any thread (a validate after the fit, on an executor thread whose
     # ident may be the dead producer's) is served, not stopped
     from concurrent.futures import ThreadPoolExecutor
 
-    request = collector.arena.worker.calls[0][:1]
+    request = slow.calls[0][:1]
     with ThreadPoolExecutor(1) as pool:
-        assert pool.submit(collector.arena.worker.generate, request, SamplingSettings()).result()
+        assert pool.submit(worker.generate, request, SamplingSettings()).result()
 
 
 def test_a_producer_failure_is_raised_on_the_trainer_thread():
     failing = VersionStampingWorker(fail_at=3, fail=RuntimeError("engine core died"))
-    collector, _ = _collector(failing, AsyncRolloutSettings())
+    collector, _, _ = _collector(failing, AsyncRolloutSettings())
     try:
         with pytest.raises(RuntimeError, match="engine core died"):
             for _ in range(5):
@@ -233,20 +238,21 @@ def test_own_copy_worker_serves_the_trained_weights_after_each_sync():
     assert worker._published_key == copied and torch.equal(mine, trained)
 
 
+@pytest.mark.slow
 def test_own_copy_worker_validates_then_fits(tmp_path):
     """A standalone validate makes the copy under torch.inference_mode: it must still be a plain
     tensor copy that later syncs write into (and whose version counters the merged copy reads)."""
-    from sp_lightning.cli import build_from_config, make_trainer
+    from sp_lightning import build_from_config, make_trainer
 
     module, dm = build_from_config("--config", "configs/kuhn_poker_tiny.yaml", "--data.rollout", HF_OWN_COPY,
                                    "--data.eval.games", "8")
     trainer = make_trainer(max_steps=2, logger=False, enable_checkpointing=False, default_root_dir=str(tmp_path))
     trainer.validate(module, datamodule=dm)
-    assert dm.worker.model is not module.model
+    assert dm.engine.worker.model is not module.model
     trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
                            default_root_dir=str(tmp_path))
     trainer.fit(module, datamodule=dm)
-    copy = dict(dm.worker.model.named_parameters())
+    copy = dict(dm.engine.worker.model.named_parameters())
     assert all(torch.equal(copy[n], p) for n, p in module.model.named_parameters() if p.requires_grad)
 
 
@@ -256,9 +262,10 @@ def test_hf_backend_on_the_trainers_own_weights_is_refused_for_async(tmp_path):
         fit_batches("configs/kuhn_poker_tiny.yaml", tmp_path, 1, "--data.async_rollouts.enabled", "true")
 
 
+@pytest.mark.slow
 def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_bound(tmp_path):
     """Six steps with a validation after the third (the arena and the worker shared with it)."""
-    from sp_lightning.cli import build_from_config, make_trainer
+    from sp_lightning import build_from_config, make_trainer
 
     module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--data.rollout", HF_OWN_COPY,
                                    "--data.async_rollouts", '{"enabled": true, "queue_size": 1}',
@@ -280,7 +287,7 @@ def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_boun
                            callbacks=[keep, validations, TensorBoardGames()])
     trainer.fit(module, datamodule=dm)
     batches = keep.batches
-    assert trainer.global_step == 6 and dm.worker.policy_version == 6
+    assert trainer.global_step == 6 and dm.engine.worker.policy_version == 6
     assert 3 in validations.steps  # validated in the middle, with the producer running
     assert "val/tictactoe_v1/win_rate" in trainer.callback_metrics
     logger.experiment.flush()
@@ -290,17 +297,18 @@ def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_boun
     for batch in batches:
         assert batch.metrics["rollout/running_requests"] > 0
         assert sum(batch.metrics[f"rollout/policy_lag/{k}"] for k in range(3)) == pytest.approx(1.0)
-    assert dm.collector.thread is None  # stopped at teardown
-    copy = dict(dm.worker.model.named_parameters())
+    assert dm.engine.collector.thread is None  # stopped at teardown
+    copy = dict(dm.engine.worker.inner.model.named_parameters())
     for name, p in module.model.named_parameters():
         if p.requires_grad:  # the engine's copy holds the weights of the last step
             assert torch.equal(copy[name], p)
 
 
+@pytest.mark.slow
 def test_async_fit_resumes_from_its_checkpoint(tmp_path):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    from sp_lightning.cli import build_from_config, make_trainer
+    from sp_lightning import build_from_config, make_trainer
 
     overrides = ["--data.rollout", HF_OWN_COPY, "--data.async_rollouts.enabled", "true"]
 
@@ -310,7 +318,7 @@ def test_async_fit_resumes_from_its_checkpoint(tmp_path):
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.weights is None:
-                self.weights = {n: p.detach().clone() for n, p in trainer.datamodule.worker.model.named_parameters()}
+                self.weights = {n: p.detach().clone() for n, p in trainer.datamodule.engine.worker.inner.model.named_parameters()}
 
     def fit(steps: int, ckpt_path=None):
         module, dm = build_from_config("--config", "configs/kuhn_poker_tiny.yaml", *overrides)
@@ -330,5 +338,5 @@ def test_async_fit_resumes_from_its_checkpoint(tmp_path):
     # held them, not the fresh adapter it was built with
     assert {r.policy_version for r in batches[0].records} == {4}
     assert saved and all(torch.equal(played_by[n], p) for n, p in saved.items())
-    assert resumed.datamodule.worker.policy_version == 6
-    assert resumed.datamodule.batches_played >= first.datamodule.batches_played
+    assert resumed.datamodule.engine.worker.policy_version == 6
+    assert resumed.datamodule.engine.batches_played >= first.datamodule.engine.batches_played

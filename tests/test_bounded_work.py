@@ -31,7 +31,7 @@ def test_a_game_past_max_turns_is_cut_off_scored_zero_and_still_trains(caplog):
     arena = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0))
     episodes_ = [game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(3)]
     with caplog.at_level(logging.WARNING, logger="sp_lightning.episodes.game"):
-        batch = arena.collect(episodes_, [0, 1, 2], EpisodicRewardCredit())
+        batch = arena.build_training_batch(arena.play(episodes_, [0, 1, 2]), EpisodicRewardCredit())
     rollouts = batch.rollouts
     assert all(len(r.steps) == 4 for r in rollouts)
     assert all(r.outcome == {"player_0": 0.0, "player_1": 0.0} for r in rollouts)
@@ -70,7 +70,7 @@ def test_a_prompt_past_the_context_is_never_sent(tiny_policy):
     env = probe.env_factory()
     env.reset(seed=0)
     first = probe.template.messages(env.observe(env.agent_selection)["text"], env.agent_selection)
-    worker.max_prompt_tokens = len(worker.encode_prompt(first))
+    worker.max_prompt_tokens = len(worker.encode_prompts([first])[0])
 
     before = worker.generated_tokens
     rollouts = Arena(worker, sampling, bots=make_bots(0)).play([probe], seeds=[0])

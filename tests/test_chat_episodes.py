@@ -5,7 +5,8 @@ import random
 import pytest
 
 from envs.negotiation import MAX_GAIN
-from sp_lightning.arena import Arena, to_records
+from sp_lightning.arena import Arena
+from sp_lightning.batch import to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import ENV, AlternatingRolesEpisode, ChatState, Message, MultiTurnEpisode
 from sp_lightning.protocols.negotiation import SEATS, Negotiation, NegotiationEpisode
@@ -187,6 +188,7 @@ def test_negotiation_against_a_bot_trains_only_the_learner_seat():
     assert all(s.completion.policy == PolicyRef("bot", "random") for s in bot_moves)
 
 
+@pytest.mark.slow
 def test_negotiation_fit_batches_hold_one_record_per_message(tmp_path):
     _, batches = fit_batches("configs/negotiation_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "4")
     assert len(batches) == 2

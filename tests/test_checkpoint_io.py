@@ -73,6 +73,7 @@ def test_no_fallback_is_an_error(tmp_path):
         AtomicCheckpointIO().load_checkpoint(path)
 
 
+@pytest.mark.slow
 def test_sigkill_during_writes_never_leaves_an_unreadable_checkpoint(tmp_path):
     """A writer saving 16 MB checkpoints in a loop is killed at random moments, 3 times; after
     each kill the file itself (read without the .prev fallback) is the last save the writer

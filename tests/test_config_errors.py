@@ -65,3 +65,43 @@ def test_the_check_sees_a_step_that_was_taken(tmp_path):
     """The same run without a mistake leaves a checkpoint, so the cases above could fail."""
     _fit(tmp_path)
     assert not _nothing_trained(tmp_path)
+
+
+def test_a_setting_that_another_overrides_is_an_error_naming_both_keys():
+    """A league chooses every opponent: data.opponents or a game's own mix beside it would be
+    silently ignored, and so would data.opponents beside an episode source."""
+    from sp_lightning.data import SelfPlayDataModule
+    from sp_lightning.games import FixedMix, GameSettings
+    from sp_lightning.league.settings import LeagueSettings
+    from sp_lightning.protocols.proposer_solver import ProposerSolver
+
+    game = GameSettings(id="tictactoe_v1")
+    league = LeagueSettings(dir="unused")
+    with pytest.raises(ValueError, match=r"^data.opponents and data.league: "):
+        SelfPlayDataModule(games=[game], league=league, opponents=FixedMix())
+    mixed = GameSettings(id="tictactoe_v1", opponents={"bot:random": 1.0})
+    with pytest.raises(ValueError, match=r"^data.games\[1\].opponents and data.league: "):
+        SelfPlayDataModule(games=[game, mixed], league=league)
+    with pytest.raises(ValueError, match=r"^data.opponents and data.episodes: "):
+        SelfPlayDataModule(episodes=ProposerSolver(), opponents=FixedMix())
+    with pytest.raises(ValueError, match=r"^data.league and data.episodes: "):
+        SelfPlayDataModule(games=[game], episodes=ProposerSolver(), league=league)
+    assert SelfPlayDataModule(games=[game], league=league).callbacks()  # the league's callback, installed
+
+
+def test_reading_a_game_builds_no_env_until_the_run_checks_it(monkeypatch):
+    """Parsing a config is free of side effects: a GameSettings builds and deals its env only
+    when the run's engine checks it (or a caller asks for its seats)."""
+    import envs
+    from sp_lightning.games import GameSettings
+
+    built = []
+    make = envs.make
+    monkeypatch.setattr(envs, "make", lambda *a, **k: built.append(a) or make(*a, **k))
+    game = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "random"})
+    assert built == []
+    game.check("data.games[0]")
+    assert len(built) == 1 and game.agents == ["player_0", "player_1"] and len(built) == 1  # checked once
+    bad = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "sometimes"})
+    with pytest.raises(ValueError, match=r"^data.games\[3\] \(kuhn_poker_v1\) with env_kwargs"):
+        bad.check("data.games[3]")

@@ -50,6 +50,7 @@ def test_bradley_terry_recovers_the_strengths_that_generated_the_games():
     assert abs(sum(ratings.bradley_terry)) < 1e-6 and abs(sum(ratings.elo)) < 1e-6
 
 
+@pytest.mark.slow
 def test_intervals_narrow_with_more_games_and_repeat_for_a_seed():
     truth = {"a": 0.0, "b": 100.0, "c": 150.0, "d": -50.0, "e": -200.0}
     few, many = _synthetic_table(truth, 40), _synthetic_table(truth, 1000)

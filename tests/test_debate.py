@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from sp_lightning.arena import Arena, to_records
+from sp_lightning.arena import Arena
+from sp_lightning.batch import to_records
 from sp_lightning.credit import GRPO
 from sp_lightning.judges import JUDGE
 from sp_lightning.protocols.debate import CON, PRO, Debate, DebateEpisode, verdict_rewards
@@ -84,6 +85,7 @@ def test_a_bot_judge_is_refused_at_construction():
         Debate(judge="bot:random")
 
 
+@pytest.mark.slow
 def test_fit_batches_hold_one_record_per_argument_and_none_for_the_judge(tmp_path):
     _, batches = fit_batches("configs/debate_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "6",
                              "--data.sampling.max_new_tokens", "8")

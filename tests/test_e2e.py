@@ -39,6 +39,7 @@ def _args(config, root, steps, *extra):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["tictactoe_tiny.yaml", "kuhn_poker_tiny.yaml"])
 def test_fit_trains_the_adapter_saves_resumes_and_reports_progress_and_games(tmp_path, config, capsys):
     main(["fit", *_args(config, tmp_path, 4)])  # checkpoints are written at each validation
@@ -73,6 +74,7 @@ def test_fit_trains_the_adapter_saves_resumes_and_reports_progress_and_games(tmp
     assert torch.load(str(last) + ".prev", weights_only=False)["global_step"] < 6
 
 
+@pytest.mark.slow
 def test_validate_evaluates_a_checkpoint_in_both_seats(tmp_path, capsys):
     main(["fit", *_args("tictactoe_tiny.yaml", tmp_path, 2)])
     main(["validate", *_args("tictactoe_tiny.yaml", tmp_path, 2), "--data.eval.games", "10",
@@ -82,6 +84,7 @@ def test_validate_evaluates_a_checkpoint_in_both_seats(tmp_path, capsys):
     assert "val/tictactoe_v1/win_rate_ci_low" in out
 
 
+@pytest.mark.slow
 def test_console_script_reports_a_bad_config_key(tmp_path):
     """The installed command rejects an unknown key and names it."""
     exe = os.path.join(os.path.dirname(sys.executable), "sp-lightning")
@@ -91,6 +94,7 @@ def test_console_script_reports_a_bad_config_key(tmp_path):
     assert "episodes_per_bach" in proc.stderr
 
 
+@pytest.mark.slow
 def test_textarena_games_train_a_few_steps_on_the_tiny_model(tmp_path):
     """Three TextArena games through the adapter: the tiny tokenizer learns their text, two
     optimizer steps run on all three, and each is evaluated (ChaosBot: SimpleNegotiation is free

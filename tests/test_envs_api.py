@@ -1,40 +1,20 @@
-"""The text-game contract over every registered game: PettingZoo's api_test and seed_test,
-bots, parse_move, make/play, configuration errors."""
+"""The envs package around the games: bots completing games of every registered game, play and
+make, GameInfo's checks, lazily built spaces, no trainer import. The text-game contract itself
+(PettingZoo's api_test and seed_test, parse_move, invalid moves, status lines, rewards, render,
+reset, configuration errors) is tested over every game in test_game_contract.py."""
 
-import dataclasses
-import logging
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from pettingzoo.test import api_test, seed_test
 
 from envs import BOTS, GAMES, ChaosBot, GameInfo, RandomBot, TextGameEnv, make, parse_move, play
-from envs.base import CHARSET
 
 POLICIES = ("forfeit", "retry", "random")
-CASES = [(game_id, {"invalid_move": policy}) for game_id in GAMES for policy in POLICIES]
-CASES.append(("kuhn_poker_v1", {"num_hands": 3, "invalid_move": "random"}))
-ALL_MOVES = sorted({m for cls in GAMES.values() for m in cls.game_info.moves})
 
 
-@pytest.mark.parametrize(("game_id", "kwargs"), CASES, ids=[f"{g}-{k}" for g, k in CASES])
-# api_test warns that a Dict/Text observation is not a NumPy array and that Text spaces are
-# not Box/Discrete: expected for text games, so these three (and only these) are silenced.
-@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array:UserWarning")
-@pytest.mark.filterwarnings("ignore:Observation space for each agent probably should be:UserWarning")
-@pytest.mark.filterwarnings("ignore:Action space for each agent probably should be:UserWarning")
-def test_pettingzoo_api_and_seed(game_id, kwargs):
-    # A sampled Text action is almost never a legal move: "forfeit" ends each game at once,
-    # "retry" exercises retries, "random" plays whole games from seeded substitutions.
-    api_test(make(game_id, **kwargs), num_cycles=50)
-    seed_test(lambda: make(game_id, **kwargs), num_cycles=50)
-
-
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("game_id", sorted(GAMES))
 def test_bots_complete_200_games_zero_sum(game_id, policy):
@@ -87,48 +67,6 @@ def test_play_returns_final_rewards_and_is_reproducible(game_id):
         assert sum(results[0].values()) == 0
 
 
-@pytest.mark.parametrize("game_id", sorted(GAMES))
-def test_infos_handed_out_are_not_mutated_by_step(game_id):
-    env = make(game_id, invalid_move="retry")
-    env.reset(seed=0)
-    *_, info = env.last()
-    before = {k: list(v) if isinstance(v, list) else v for k, v in info.items()}
-    env.step("garbage")
-    env.step(info["legal_actions"][0])
-    assert info == before
-
-
-@given(st.text())
-def test_parse_move_never_raises_and_returns_a_token(text):
-    move = parse_move(text)
-    assert move is None or re.fullmatch(r"\[[^\[\]\n]*\]", move)
-
-
-@given(st.one_of(st.none(), st.binary(), st.integers(), st.floats(), st.lists(st.text())))
-def test_parse_move_rejects_non_str(action):
-    assert parse_move(action) is None
-
-
-@given(st.text(), st.sampled_from(ALL_MOVES), st.text())
-def test_parse_move_takes_the_last_token(prefix, move, suffix):
-    suffix = suffix.replace("[", "").replace("]", "")
-    assert parse_move(prefix + move + suffix) == move
-
-
-@pytest.mark.parametrize("game_id", sorted(GAMES))
-def test_game_facts_are_declared_as_data(game_id):
-    cls = GAMES[game_id]
-    assert issubclass(cls, TextGameEnv) and isinstance(cls.game_info, GameInfo)
-    assert cls.game_info.name == game_id
-    assert cls.metadata == {"name": game_id, "render_modes": ["ansi", "human"], "is_parallelizable": False}
-    assert all(parse_move(m) == m for m in cls.game_info.moves)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        cls.game_info.name = "other"
-    env = make(game_id)
-    assert env.possible_agents == [f"player_{i}" for i in range(cls.game_info.num_players)]
-    assert set(env.action_space("player_0").character_set) == set(CHARSET)
-
-
 def test_game_info_rejects_non_canonical_moves():
     with pytest.raises(ValueError, match="moves"):
         GameInfo("g", 2, True, (-1.0, 1.0), 9, ("[Bet]",))
@@ -146,76 +84,15 @@ def test_make_rejects_unknown_games_listing_known_ids(name):
         make(name)
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "name"),
-    [
-        ({"invalid_move": "penalty"}, "invalid_move"),
-        ({"invalid_move_reward": 1.0}, "invalid_move_reward"),
-        ({"invalid_move_reward": "x"}, "invalid_move_reward"),
-        ({"invalid_move_reward": float("-inf")}, "invalid_move_reward"),
-        ({"max_retries": -1}, "max_retries"),
-        ({"render_mode": "rgb_array"}, "render_mode"),
-        ({"list_legal_moves": "no"}, "list_legal_moves"),
-    ],
-)
-@pytest.mark.parametrize("game_id", sorted(GAMES))
-def test_bad_config_raises_naming_the_kwarg(game_id, kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        make(game_id, **kwargs)
-
-
 def test_chaos_bot_rejects_bad_probability():
     with pytest.raises(ValueError, match="legal_prob"):
         ChaosBot(legal_prob=1.5)
-
-
-@pytest.mark.parametrize("game_id", sorted(GAMES))
-def test_non_str_actions_are_invalid_moves_and_logged(game_id, caplog):
-    env = make(game_id, invalid_move="retry", max_retries=3)
-    env.reset(seed=0)
-    agent = env.agent_selection
-    with caplog.at_level(logging.DEBUG, logger="envs.base"):
-        for action in (None, b"[0]", 7):
-            env.step(action)
-            assert env.agent_selection == agent
-            assert env.infos[agent]["invalid_move"] is True and env.infos[agent]["parsed_move"] is None
-    assert env.invalid_moves[agent] == 3
-    assert sum("invalid move" in r.getMessage() for r in caplog.records) == 3
-
-
-@pytest.mark.parametrize("game_id", sorted(GAMES))
-def test_render_modes(game_id, capsys):
-    env = make(game_id, render_mode="ansi")
-    env.reset(seed=0)
-    assert isinstance(env.render(), str) and env.render()
-    env = make(game_id, render_mode="human")
-    env.reset(seed=0)
-    assert env.render() is None and capsys.readouterr().out.strip()
-    env = make(game_id)
-    env.reset(seed=0)
-    with pytest.warns(UserWarning, match="render_mode"):
-        assert env.render() is None
 
 
 def test_envs_does_not_import_the_trainer():
     code = "import sys, envs; sys.exit(any(m.startswith('sp_lightning') for m in sys.modules))"
     root = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
-
-
-@pytest.mark.parametrize("game_id", sorted(GAMES))
-def test_list_legal_moves_false_ends_the_prompt_with_your_move(game_id):
-    # for games whose view already shows every legal move (Tic-Tac-Toe's empty cells): the
-    # same observation without its longest line, and the same legal_actions in infos
-    env, listed = make(game_id, list_legal_moves=False), make(game_id)
-    env.reset(seed=3)
-    listed.reset(seed=3)
-    api_test(make(game_id, list_legal_moves=False), num_cycles=20)
-    mover = env.agent_selection
-    text, full = env.observe(mover)["text"], listed.observe(mover)["text"]
-    assert text.endswith("\nYour move.") and "Legal moves:" not in text
-    assert full.rsplit("\n", 1)[0] == text.rsplit("\n", 1)[0]
-    assert env.infos[mover]["legal_actions"] == listed.infos[mover]["legal_actions"] != []
 
 
 def test_spaces_are_built_on_first_read_and_are_each_envs_own():

@@ -1,11 +1,9 @@
 """Connect Four: the pure rules with scripted move lists (wins in every direction, a draw, full
-columns), the env's texts, invalid moves, and PettingZoo's api_test and seed_test."""
+columns), the env's texts and a scripted win. The shared contract (invalid moves, among them a
+full column, the PettingZoo API, parse_move) is in test_game_contract.py."""
 
 import pytest
-from pettingzoo.test import api_test, seed_test
 
-from envs import parse_move
-from envs.base import GameInfo
 from envs.connect_four import COLS, MOVES, ROWS, ConnectFourEnv, ConnectFourRules
 
 
@@ -100,7 +98,6 @@ def test_observation_shows_board_column_numbers_and_legal_moves():
     assert env.observe("player_0")["text"].startswith("Connect Four. You are X.\n")
     assert env.observe("player_0")["text"].endswith("0 1 2 3 4 5 6\nWaiting for player 1.")
     assert env.infos["player_1"]["legal_actions"] == list(MOVES)
-    assert env.infos["player_0"]["legal_actions"] == []
     for _ in range(ROWS):
         env.step("[0]")
     assert env.infos["player_1"]["legal_actions"] == ["[1]", "[2]", "[3]", "[4]", "[5]", "[6]"]
@@ -114,83 +111,10 @@ def test_env_plays_a_scripted_win_with_free_text():
         env.step(action)
     assert all(env.terminations.values())
     assert env._cumulative_rewards == {"player_0": 1.0, "player_1": -1.0}
-    assert env.final_rewards == {"player_0": 1.0, "player_1": -1.0}
-    assert env.observe("player_0")["text"].endswith("Game over: you won (+1).")
-    assert env.observe("player_1")["text"].endswith("Game over: you lost (-1).")
     assert env.render().endswith("X wins.")
-    env.step(None)
-    env.step(None)
-    assert env.agents == []
 
 
-def test_forfeit_on_a_full_column():
-    env = ConnectFourEnv(invalid_move_reward=-2.0)
-    env.reset(seed=0)
-    for _ in range(ROWS):
-        env.step("[5]")
-    env.step("[5]")  # column 5 is full: invalid
-    assert all(env.terminations.values())
-    assert env.rewards == {"player_0": -2.0, "player_1": 2.0}
-    assert env.infos["player_0"]["invalid_move"] is True and env.infos["player_0"]["parsed_move"] == "[5]"
-    assert env.invalid_moves == {"player_0": 1, "player_1": 0}
-    assert env.observe("player_0")["text"].endswith("Game over: you forfeited (invalid move); you lost (-2).")
-    assert env.observe("player_1")["text"].endswith("Game over: player 0 forfeited (invalid move); you won (+2).")
-
-
-def test_retry_keeps_the_offender_to_move_then_forfeits():
-    env = ConnectFourEnv(invalid_move="retry", max_retries=2)
-    env.reset(seed=0)
-    for _ in range(2):
-        env.step("[7]")
-        assert env.agent_selection == "player_0" and not any(env.terminations.values())
-        assert "Your last move was invalid; try again.\nLegal moves:" in env.observe("player_0")["text"]
-    env.step("[3]")  # a valid move resets the retry count
-    assert env.infos["player_0"]["invalid_move"] is False
-    for _ in range(2):
-        env.step("drop it in the middle")
-        assert env.agent_selection == "player_1"
-    env.step(None)
-    assert all(env.terminations.values()) and env.rewards == {"player_0": 1.0, "player_1": -1.0}
-    assert env.invalid_moves == {"player_0": 2, "player_1": 3}
-
-
-def test_random_policy_plays_a_seeded_legal_move():
-    boards = []
-    for _ in range(2):
-        env = ConnectFourEnv(invalid_move="random")
-        env.reset(seed=7)
-        env.step("[9]")
-        assert env.agent_selection == "player_1" and not any(env.terminations.values())
-        assert env.infos["player_0"] == {"legal_actions": [], "invalid_move": True, "parsed_move": "[9]"}
-        boards.append([row[:] for row in env.game.board])
-    assert boards[0] == boards[1] and sum(row.count(0) for row in boards[0]) == 1
-    env.step("[x]")
-    assert sum(row.count(1) for row in env.game.board) == 1 and env.game.num_moves == 2
-
-
-@pytest.mark.parametrize("policy", ["forfeit", "retry", "random"])
-# api_test warns that a Dict/Text observation is not a NumPy array and that Text spaces are
-# not Box/Discrete: expected for text games, so these three (and only these) are silenced.
-@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array:UserWarning")
-@pytest.mark.filterwarnings("ignore:Observation space for each agent probably should be:UserWarning")
-@pytest.mark.filterwarnings("ignore:Action space for each agent probably should be:UserWarning")
-def test_pettingzoo_api_and_seed(policy):
-    api_test(ConnectFourEnv(invalid_move=policy), num_cycles=50)
-    seed_test(lambda: ConnectFourEnv(invalid_move=policy), num_cycles=50)
-
-
-def test_game_facts_are_declared_as_data():
+def test_game_facts():
     info = ConnectFourEnv.game_info
-    assert isinstance(info, GameInfo) and info.name == "connect_four_v1"
     assert info.num_players == 2 and info.zero_sum and info.reward_range == (-1.0, 1.0)
     assert info.max_turns == 42 and info.moves == MOVES
-    assert ConnectFourEnv.metadata["name"] == "connect_four_v1"
-
-
-@pytest.mark.parametrize(("text", "move"), [("[3]", "[3]"), ("column [ 6 ] please", "[6]"), ("[2] no, [4]", "[4]"), ("3", None)])
-def test_parse_move_examples(text, move):
-    assert parse_move(text) == move
-
-
-def test_every_move_parses_to_itself():
-    assert [parse_move(m) for m in MOVES] == list(MOVES)

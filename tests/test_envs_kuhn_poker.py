@@ -1,13 +1,14 @@
-"""Kuhn Poker: every betting line and payoff, several hands, texts, invalid moves, and the
-opponent's card never reaching a player before showdown."""
+"""Kuhn Poker: every betting line and payoff, several hands, texts, and the opponent's card
+never reaching a player before showdown. The shared contract (invalid moves, rewards at the
+end, parse_move) is in test_game_contract.py."""
 
 import re
 
 import numpy as np
 import pytest
 
-from envs import RandomBot, make, parse_move
-from envs.kuhn_poker import CARDS, MOVES, KuhnHand, KuhnPokerRules
+from envs import RandomBot, make
+from envs.kuhn_poker import CARDS, KuhnPokerRules
 
 J, Q, K = 0, 1, 2
 
@@ -137,45 +138,13 @@ def test_observation_format_of_several_hands():
     )
 
 
-def test_rewards_come_at_the_end_of_the_episode():
-    env = env_with_deals(["KJ", "KJ"])
+def test_observation_after_a_check_and_a_bet():
+    env = env_with_deals(["KJ"])
+    env.step("[check]")
     env.step("[bet]")
-    env.step("[call]")
-    assert env.rewards == {"player_0": 0.0, "player_1": 0.0}
-    env.step("[check]")
-    env.step("[check]")
-    assert env.rewards == {"player_0": 3.0, "player_1": -3.0}
-
-
-def test_forfeit_replaces_the_chips_won_so_far():
-    env = env_with_deals(["KJ", "KJ"])
-    env.step("[bet]")
-    env.step("[call]")  # player 0 is up 2 chips
-    env.step("[call]")  # player 1 to act first in hand 2: [call] is not legal now
-    assert env.rewards == {"player_0": 1.0, "player_1": -1.0}
-    assert env.infos["player_1"]["parsed_move"] == "[call]"
-    env.reset(seed=0)
-    env.step("fold")  # no bracket token at all
-    assert env.rewards == {"player_0": -1.0, "player_1": 1.0}
-
-
-def test_retry_and_random_policies():
-    env = env_with_deals(["KJ"], invalid_move="retry", max_retries=1)
-    env.step("[call]")
-    assert env.agent_selection == "player_0" and env.infos["player_0"]["invalid_move"]
-    env.step("[check]")
-    env.step("[raise]")
-    env.step("[BET]")
     assert env.agent_selection == "player_0" and env.observe("player_0")["text"].endswith(
         "History: player 0 [check], player 1 [bet]\nPot: 3\nLegal moves: [call] [fold]"
     )
-    assert env.invalid_moves == {"player_0": 1, "player_1": 1}
-
-    env = make("kuhn_poker_v1", invalid_move="random")
-    env.reset(seed=3)
-    env.step("[fold]")
-    assert env.game.hands[0].moves[0] in ("[check]", "[bet]")
-    assert env.infos["player_0"]["invalid_move"] is True
 
 
 CARD = re.compile(r"\b[JQK]\b")
@@ -216,13 +185,3 @@ def test_swapping_the_opponent_card_changes_nothing_before_showdown(seed):
             move = bot.act("", envs[0].game.legal_moves())
             for env in envs:
                 env.step(move)
-
-
-@pytest.mark.parametrize(("text", "move"), [("I'll go [ Bet ]", "[bet]"), ("[CALL]!", "[call]"), ("[check] or [fold]", "[fold]")])
-def test_parse_move_examples(text, move):
-    assert parse_move(text) == move
-
-
-def test_every_move_parses_to_itself():
-    assert [parse_move(m) for m in MOVES] == list(MOVES)
-    assert KuhnHand((K, J), first=0).legal_moves() == ["[check]", "[bet]"]

@@ -1,11 +1,9 @@
 """Simple Negotiation: the offer grammar, offers/accept/deny with inventory bounds, scoring in
-both modes, texts, invalid moves, the PettingZoo API, and private values staying private."""
-
-import itertools
+both modes, texts, which offers are valid moves, and private values staying private. The shared
+contract (invalid-move policies, the PettingZoo API, status lines) is in test_game_contract.py."""
 
 import numpy as np
 import pytest
-from pettingzoo.test import api_test, seed_test
 
 from envs import RandomBot, parse_move
 from envs.negotiation import (
@@ -208,7 +206,6 @@ def test_observation_texts():
 def test_game_over_text_and_rewards():
     env = env_with(rules(max_turns=2))
     env.step("[offer: 1 wood -> 1 brick]")
-    assert env.rewards == {"player_0": 0.0, "player_1": 0.0}
     env.step("[accept]")
     assert env.final_rewards == {"player_0": 4.0, "player_1": 6.0}
     text = env.observe("player_1")["text"]
@@ -231,29 +228,14 @@ def test_any_legal_offer_is_a_valid_move_listed_or_not():
 
 @pytest.mark.parametrize(
     "action",
-    ["[offer: 3 wheat -> 1 wood]", "[offer: 1 wheat -> 5 wood]", "[offer: 1 gold -> 1 wood]", "[accept]", "offer", None],
+    ["[offer: 3 wheat -> 1 wood]", "[offer: 1 wheat -> 5 wood]", "[offer: 1 gold -> 1 wood]", "[accept]"],
 )
-def test_invalid_moves_forfeit(action):
+def test_offers_beyond_the_inventories_or_the_grammar_are_invalid_moves(action):
     env = env_with(rules())
     env.step(action)
     assert env.forfeited_by == "player_0"
     assert env.final_rewards == {"player_0": -1.0, "player_1": 1.0}
     assert env.infos["player_0"]["invalid_move"] and env.infos["player_0"]["parsed_move"] == parse_move(action)
-
-
-def test_retry_and_random_policies():
-    env = env_with(rules(), invalid_move="retry", max_retries=1)
-    env.step("[offer: 3 wheat -> 1 wood]")  # player 0 has 2 wheat
-    assert env.agent_selection == "player_0" and env.infos["player_0"]["invalid_move"]
-    assert "Your last move was invalid; try again.\nLegal moves: [pass]" in env.observe("player_0")["text"]
-    env.step("[offer: 2 wheat -> 1 wood]")
-    assert env.agent_selection == "player_1" and env.game.pending is not None
-
-    env = env_with(rules(), invalid_move="random")
-    listed = list(env.infos["player_0"]["legal_actions"])
-    env.step("[accept]")
-    assert env.infos["player_0"]["invalid_move"] and env.game.history[0][1] in listed
-    assert env.agent_selection == "player_1" and env.invalid_moves["player_0"] == 1
 
 
 def test_game_facts_follow_the_configuration():
@@ -263,7 +245,6 @@ def test_game_facts_follow_the_configuration():
     env = SimpleNegotiationEnv(max_turns=4, win_bonus=True)
     assert env.game_info.zero_sum and env.game_info.reward_range == (-1.0, 1.0)
     assert env.game_info.max_turns == 4 and SimpleNegotiationEnv.game_info.max_turns == 10
-    assert SimpleNegotiationEnv.metadata["name"] == "simple_negotiation_v1"
 
 
 @pytest.mark.parametrize(("kwargs", "name"), [({"max_turns": 0}, "max_turns"), ({"max_turns": True}, "max_turns"), ({"win_bonus": 1}, "win_bonus")])
@@ -272,22 +253,9 @@ def test_bad_config_raises_naming_the_kwarg(kwargs, name):
         SimpleNegotiationEnv(**kwargs)
 
 
-CASES = list(itertools.product(["forfeit", "retry", "random"], [False, True]))
-
-
-@pytest.mark.parametrize(("policy", "win_bonus"), CASES)
-@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array:UserWarning")
-@pytest.mark.filterwarnings("ignore:Observation space for each agent probably should be:UserWarning")
-@pytest.mark.filterwarnings("ignore:Action space for each agent probably should be:UserWarning")
-def test_pettingzoo_api_and_seed(policy, win_bonus):
-    api_test(SimpleNegotiationEnv(invalid_move=policy, win_bonus=win_bonus), num_cycles=50)
-    seed_test(lambda: SimpleNegotiationEnv(invalid_move=policy, win_bonus=win_bonus), num_cycles=50)
-
-
 @pytest.mark.parametrize("win_bonus", [False, True])
-def test_random_bots_play_games_within_the_declared_facts(win_bonus):
+def test_random_bots_play_the_whole_game_and_score_the_gains(win_bonus):
     env = SimpleNegotiationEnv(win_bonus=win_bonus)
-    info = env.game_info
     bots = {"player_0": RandomBot(0), "player_1": RandomBot(1)}
     trades = 0
     for game in range(200):
@@ -296,17 +264,12 @@ def test_random_bots_play_games_within_the_declared_facts(win_bonus):
         for agent in env.agent_iter():
             obs, reward, terminated, _, inf = env.last()
             totals[agent] += reward
-            assert env.observation_space(agent).contains(obs)
-            if not terminated:
-                assert obs["text"].endswith("Legal moves: " + " ".join(inf["legal_actions"]))
-                assert all(parse_move(m) == m for m in inf["legal_actions"])
             env.step(None if terminated else bots[agent](obs["text"], inf["legal_actions"]))
-        assert env.game.turn == info.max_turns and sum(env.invalid_moves.values()) == 0
+        assert env.game.turn == env.game_info.max_turns
         trades += sum(move == "[accept]" for _, move in env.game.history)
         gains = env.game.gains()
-        assert all(info.reward_range[0] <= t <= info.reward_range[1] for t in totals.values())
         if win_bonus:
-            assert sum(totals.values()) == 0 and totals["player_0"] == np.sign(gains[0] - gains[1])
+            assert totals["player_0"] == np.sign(gains[0] - gains[1]) == -totals["player_1"]
         else:
             assert [totals["player_0"], totals["player_1"]] == gains
     assert trades > 50

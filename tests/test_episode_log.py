@@ -22,6 +22,7 @@ def _events(path):
     return events
 
 
+@pytest.mark.slow
 def test_fit_writes_the_episode_log_and_the_decoded_records(tmp_path):
     log, records = tmp_path / "episodes.log", tmp_path / "records.jsonl"
     _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "4",

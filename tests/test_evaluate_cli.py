@@ -6,7 +6,10 @@ import json
 import pytest
 import torch
 
-from sp_lightning.cli import build_from_config, crossplay_main, evaluate_main, league_players, unique_label
+from sp_lightning.cli.common import build_from_config
+from sp_lightning.cli.crossplay import league_players, unique_label
+from sp_lightning.cli.crossplay import main as crossplay_main
+from sp_lightning.cli.evaluate import main as evaluate_main
 from sp_lightning.evaluation.matches import evaluate
 from sp_lightning.games import GameSettings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry
@@ -74,7 +77,7 @@ def test_crossplay_over_a_league_directory_writes_ratings_and_plots(tmp_path, ca
     adapter_paths = _adapters(league / "adapters", ["ckpt-000010", "ckpt-000020", "ckpt-000030"])
     registry = LeagueRegistry(league / "league.json")
     registry.add_agent(AgentRecord(id="random_bot", type="baseline", policy="bot:random"))
-    registry.add_agent(AgentRecord(id="hero", type="learner", policy="learner", step=30))
+    registry.add_agent(AgentRecord(id="learner", type="learner", policy="learner", step=30))
     for step, path in zip((10, 20, 30), adapter_paths):
         name = f"ckpt-{step:06d}"
         registry.add_agent(AgentRecord(id=name, type="checkpoint", policy=f"checkpoint:{name}",

@@ -18,7 +18,7 @@ def test_bots_against_bots_need_no_model_and_fill_every_seat():
     assert result.games == 60 and set(result.per_seat_win_rate) == set(game.agents)
     assert result.wins + result.draws + result.losses == 60
     _, games = play(None, game, policy="bot:random", opponent="bot:random", games_per_seat=20, seed=3)
-    assert Counter(seat for seat, _ in games) == {agent: 20 for agent in game.agents}  # the hero in each seat
+    assert Counter(seat for seat, _ in games) == {agent: 20 for agent in game.agents}  # the tested policy in each seat
     assert all(ref.kind == "bot" for _, rollout in games for ref in rollout.seats.values())
     with pytest.raises(ValueError, match="expected 1 or 2 opponents"):
         evaluate(None, game, policy="bot:random", opponent=["bot:random"] * 3, games_per_seat=1)
@@ -34,6 +34,7 @@ def test_same_seed_same_games_other_seed_other_games(tiny_policy):
     assert run(5) != run(6)
 
 
+@pytest.mark.slow
 def test_uniform_random_tictactoe_matches_the_known_rate():
     """Random against random: X wins ~58.5%, O ~28.8% (exact game-tree values), ~43.7% averaged;
     1000 games per seat put it within the Wilson interval."""

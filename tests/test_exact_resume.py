@@ -7,6 +7,7 @@ The fast profile kills 3 times (every kill must land while the fit runs); the lo
 and prints its counts in the terminal summary.
 """
 
+import pytest
 import os
 import random
 import signal
@@ -17,6 +18,8 @@ import time
 import torch
 
 from test_e2e import CONFIGS
+
+pytestmark = pytest.mark.slow  # training runs killed and resumed
 
 KILLS = int(os.environ.get("SP_RESUME_KILLS", "3"))
 STEPS = 2 * KILLS + 4

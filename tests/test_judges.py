@@ -2,7 +2,8 @@
 
 import pytest
 
-from sp_lightning.arena import Arena, to_records
+from sp_lightning.arena import Arena
+from sp_lightning.batch import to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import SingleTurnEpisode
 from sp_lightning.judges import JUDGE, Judge
@@ -66,7 +67,7 @@ def test_judge_on_the_tiny_model_joins_one_generate_call(tiny_policy):
     arena = Arena(HFRolloutWorker(model, tokenizer), SamplingSettings(max_new_tokens=4))
     rubric = Rubric(outcome=[(_grader("base"), 1.0)])
     rollouts = arena.play([_question(rubric, n) for n in range(6)], seeds=list(range(6)))
-    assert arena.last_generate_calls == 2
+    assert arena.last_play.generate_calls == 2
     assert all(r.judgements and r.judgements[0]["policy"] == "base" for r in rollouts)
     assert all(r.rewards["assistant"] in (0.0, 1.0) for r in rollouts)
     for r in rollouts:  # each reward is what the judge's own text said

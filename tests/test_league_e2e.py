@@ -1,6 +1,7 @@
 """League training end to end on the tiny model: the schedule, the background evaluator, the
 registry, and a run killed with SIGKILL that resumes with the same league and matchmaker state."""
 
+import pytest
 import json
 import os
 import signal
@@ -22,13 +23,14 @@ def _overlay(root):
     path.write_text(
         f"trainer:\n  val_check_interval: 100\n  default_root_dir: {root}\n  logger:\n"
         f"    class_path: lightning.pytorch.loggers.TensorBoardLogger\n    init_args: {{save_dir: {root}, name: tb}}\n"
-        f"  callbacks:\n    - class_path: sp_lightning.league.LeagueCallback\n      init_args:\n"
-        f"        dir: {root / 'league'}\n        schedule: {{recent_every: 2, recent_window: 4, anchor_every: 6}}\n"
-        f"        evaluator: {{every: 4, games_per_seat: 4}}\n"
+        f"  callbacks:\n"
         f"    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
         f"      init_args: {{dirpath: {root / 'ckpt'}, filename: last, every_n_train_steps: 2, enable_version_counter: false}}\n"
         f"model:\n  policy:\n    tiny: {{hidden_size: 64, heads: 2}}\n"
         f"data:\n  episodes_per_batch: {EPISODES}\n  eval: {{games: 4}}\n"
+        f"  league:\n    dir: {root / 'league'}\n    schedule: {{recent_every: 2, recent_window: 4, anchor_every: 6}}\n"
+        f"    evaluator: {{every: 4, games_per_seat: 4}}\n"
+        f"    baselines: [base_model, random_bot, chaos_bot]\n"
     )
     return ["--config", os.path.join(CONFIGS, "tictactoe_league_tiny.yaml"), "--config", str(path)]
 
@@ -40,6 +42,7 @@ def _step(ckpt):
         return -1
 
 
+@pytest.mark.slow
 def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
     args = _overlay(tmp_path)
     last = tmp_path / "ckpt" / "last.ckpt"
@@ -76,7 +79,7 @@ def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
         if agent.type == "checkpoint":
             assert os.path.isfile(os.path.join(agent.adapter_path, "adapter_config.json"))
     assert any(m.source == "eval" for m in final.matches), "the background evaluator recorded its games"
-    assert {"base_model", "random_bot", "chaos_bot", "hero"} <= set(final.agents)
+    assert {"base_model", "random_bot", "chaos_bot", "learner"} <= set(final.agents)
     json.loads((tmp_path / "league" / "league.json").read_text())  # valid JSON on disk
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -92,11 +95,11 @@ def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
 def test_baselines_are_the_default_ids_or_any_registered_bot():
     import pytest
 
-    from sp_lightning.league import LeagueCallback
-    from sp_lightning.league.callbacks import baseline_policy
+    from sp_lightning.league import LeagueSettings
+    from sp_lightning.league.settings import baseline_policy
 
     assert baseline_policy("random_bot") == "bot:random"
     assert baseline_policy("base_model") == "base"
     assert baseline_policy("tictactoe_tactical_bot") == "bot:tictactoe_tactical"
-    with pytest.raises(ValueError, match="league.baselines: expected ids among .*tictactoe_tactical_bot.*got 'rnadom_bot'"):
-        LeagueCallback(dir="unused", baselines=["random_bot", "rnadom_bot"])
+    with pytest.raises(ValueError, match="data.league.baselines: expected ids among .*tictactoe_tactical_bot.*got 'rnadom_bot'"):
+        LeagueSettings(dir="unused", baselines=["random_bot", "rnadom_bot"])

@@ -142,14 +142,14 @@ def test_settings_are_used_and_the_global_environment_is_left_alone():
 def test_pool_matches_sums_payoffs_per_block_of_the_same_agents():
     from sp_lightning.league.ratings import pool_matches
 
-    games = [(["hero", "random_bot"], [2.0, -2.0]), (["random_bot", "hero"], [1.0, -1.0]),
-             (["hero", "ckpt-1"], [1.0, -1.0]), (["hero", "random_bot"], [-1.0, 1.0]),
-             (["hero", "random_bot"], [2.0, -2.0])]
+    games = [(["learner", "random_bot"], [2.0, -2.0]), (["random_bot", "learner"], [1.0, -1.0]),
+             (["learner", "ckpt-1"], [1.0, -1.0]), (["learner", "random_bot"], [-1.0, 1.0]),
+             (["learner", "random_bot"], [2.0, -2.0])]
     assert pool_matches(games, 1) == [(list(ids), list(s)) for ids, s in games]
-    # hero vs random_bot: blocks (+2 -1 -1) and (+2); hero vs ckpt-1: one block of one game
-    assert pool_matches(games, 3) == [(["hero", "random_bot"], [0.0, 0.0]),
-                                      (["hero", "random_bot"], [2.0, -2.0]),
-                                      (["ckpt-1", "hero"], [-1.0, 1.0])]
+    # learner vs random_bot: blocks (+2 -1 -1) and (+2); learner vs ckpt-1: one block of one game
+    assert pool_matches(games, 3) == [(["learner", "random_bot"], [0.0, 0.0]),
+                                      (["learner", "random_bot"], [2.0, -2.0]),
+                                      (["ckpt-1", "learner"], [-1.0, 1.0])]
     with pytest.raises(ValueError, match="games_per_match"):
         pool_matches(games, 0)
 
@@ -173,11 +173,11 @@ def test_match_pooler_carries_games_across_calls_and_through_its_state():
     from sp_lightning.league.ratings import MatchPooler
 
     pooler = MatchPooler(3)
-    assert pooler.add([(["hero", "bot"], [1.0, -1.0]), (["bot", "hero"], [2.0, -2.0])]) == []
+    assert pooler.add([(["learner", "bot"], [1.0, -1.0]), (["bot", "learner"], [2.0, -2.0])]) == []
     resumed = MatchPooler(3)
     resumed.load_state_dict(pooler.state_dict())
     for p in (pooler, resumed):  # the third game completes the block, from the saved state too
-        assert p.add([(["hero", "bot"], [4.0, -4.0]), (["hero", "ckpt"], [1.0, -1.0])]) == [
-            (["bot", "hero"], [-3.0, 3.0])]
-        assert p.waiting == {("ckpt", "hero"): [[-1.0, 1.0]]}
-    assert MatchPooler(1).add([(["hero", "bot"], [1.0, -1.0])]) == [(["hero", "bot"], [1.0, -1.0])]
+        assert p.add([(["learner", "bot"], [4.0, -4.0]), (["learner", "ckpt"], [1.0, -1.0])]) == [
+            (["bot", "learner"], [-3.0, 3.0])]
+        assert p.waiting == {("ckpt", "learner"): [[-1.0, 1.0]]}
+    assert MatchPooler(1).add([(["learner", "bot"], [1.0, -1.0])]) == [(["learner", "bot"], [1.0, -1.0])]

@@ -181,6 +181,7 @@ def _record_many(path, worker):
         reg.record_matches([(pair(worker), [i % 2, 1 - i % 2])], step=i, source=f"w{worker}")
 
 
+@pytest.mark.slow
 def test_concurrent_writer_processes_lose_no_update(tmp_path):
     path = tmp_path / "league.json"
     reg = LeagueRegistry(path, max_history=5000)

@@ -191,6 +191,7 @@ def test_loss_settings_check_entropy_over():
         LossSettings(entropy_over="legal")
 
 
+@pytest.mark.slow
 def test_update_epochs_take_several_optimizer_steps_on_each_batch(tmp_path):
     """update_epochs 2: four optimizer steps come from two batches, and the second pass on a batch
     sees a policy that moved since the batch was played (approx KL above 0)."""
@@ -207,19 +208,16 @@ def test_update_epochs_take_several_optimizer_steps_on_each_batch(tmp_path):
 def test_importance_sampling_is_on_exactly_for_a_sampler_that_is_not_the_trainer(tmp_path):
     """auto: off for the HF worker (it generates with the trainer's own model), on for vLLM (its
     own engine); on / off force it; the setting is checked."""
+    from sp_lightning.module import uses_importance_sampling
     from sp_lightning.rollout import HFRolloutWorker, VLLMRolloutWorker
 
     module = SelfPlayModule()
-    assert not module._uses_importance_sampling()  # no worker attached: nothing to correct
-    module.attach_rollout_worker(HFRolloutWorker(module.model, module.tokenizer))
-    assert not module._uses_importance_sampling()
-    module.attach_rollout_worker(VLLMRolloutWorker(module.model, module.tokenizer, adapter_dir=str(tmp_path)))
-    assert module._uses_importance_sampling()  # the engine is never started: a config object here
-    module.loss_settings = LossSettings(importance_sampling="off")
-    assert not module._uses_importance_sampling()
-    module.loss_settings = LossSettings(importance_sampling="on")
-    module.attach_rollout_worker(HFRolloutWorker(module.model, module.tokenizer))
-    assert module._uses_importance_sampling()  # forced on, even for the trainer's own weights
+    hf = HFRolloutWorker(module.model, module.tokenizer)
+    vllm = VLLMRolloutWorker(module.model, module.tokenizer, adapter_dir=str(tmp_path))  # never started
+    assert not uses_importance_sampling(LossSettings(), hf)
+    assert uses_importance_sampling(LossSettings(), vllm)
+    assert not uses_importance_sampling(LossSettings(importance_sampling="off"), vllm)
+    assert uses_importance_sampling(LossSettings(importance_sampling="on"), hf)  # forced on, even for the trainer's own weights
     with pytest.raises(ValueError, match="loss.importance_sampling"):
         LossSettings(importance_sampling="sometimes")
     with pytest.raises(ValueError, match="loss.tis_cap"):

@@ -16,6 +16,8 @@ from sp_lightning.module import SelfPlayModule
 from test_e2e import _args
 
 
+pytestmark = pytest.mark.slow  # training runs killed and resumed
+
 class NaNLogprobsInjector:
     """Makes the logprobs of the training batches numbered in ``nan_at`` (0-based) NaN."""
 
@@ -25,8 +27,8 @@ class NaNLogprobsInjector:
         original = SelfPlayModule.sequence_logprobs
         injector = self
 
-        def sequence_logprobs(module, batch, disable_adapter=False):
-            logprobs, logits = original(module, batch, disable_adapter)
+        def sequence_logprobs(module, batch, disable_adapter=False, temperature=1.0):
+            logprobs, logits = original(module, batch, disable_adapter, temperature)
             if disable_adapter:
                 return logprobs, logits
             batch_index = len(injector.weights_at_batch)

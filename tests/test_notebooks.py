@@ -101,7 +101,7 @@ def test_league_notebook_reads_ratings_mix_and_cross_play(tmp_path, monkeypatch)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     nb = _run(NOTEBOOKS / "league_analysis.ipynb", tmp_path)
     out = _outputs(nb)
-    assert re.search(r"^hero +learner +120 ", out, re.M)  # the registry table
+    assert re.search(r"^learner +learner +120 ", out, re.M)  # the registry table
     assert re.search(r"^ckpt-000120 +checkpoint +120 ", out, re.M)
     assert "matches on record; best checkpoint: ckpt-" in out
     assert re.search(r"^ +random_bot +base_model +ckpt-000010 ", out, re.M)  # the cross-play table

@@ -4,7 +4,7 @@ same arena run as the training games, logged per game, never trained on."""
 import pytest
 
 from sp_lightning.arena import Arena
-from sp_lightning.evaluation.online import OnlineEvaluation
+from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
 from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
 from sp_lightning.sources import GameMix
@@ -22,14 +22,16 @@ def test_online_games_share_the_batch_run_and_give_no_records(tiny_policy):
     worker.generate = lambda requests, sampling: (calls.append(len(requests)), generate(requests, sampling))[1]
     from envs import make_bots
 
-    arena = Arena(worker, SamplingSettings(max_new_tokens=1), bots=make_bots(0), episodes_per_batch=8, seed=1,
-                  source=GameMix([game], FixedMix()))
-    arena.step()  # the batch alone
+    def arena():
+        return Arena(worker, SamplingSettings(max_new_tokens=1), bots=make_bots(0), episodes_per_batch=8, seed=1,
+                     source=GameMix([game], FixedMix()))
+
+    arena().step()  # the batch alone
     plain_calls, calls[:] = list(calls), []
-    arena.online_evaluation = OnlineEvaluation([game], "bot:random", games_per_batch=6, seed=3,
-                                               env_overrides={"invalid_move": "forfeit"})
-    arena.steps_done = 0  # the same training games again, now with evaluation games beside them
-    batch = arena.step()
+    online = OnlineEvaluation([game], "bot:random", games_per_batch=6, seed=3, env_overrides={"invalid_move": "forfeit"})
+    matches = online.matches(0)  # the same training games again, now with evaluation games beside them (as the engine plays them)
+    batch = arena().step(side_episodes=[request for match in matches for request in match.requests()])
+    batch.metrics.update(online_metrics(matches, batch.side_rollouts))
     # the batch holds the 8 training games only, and a record for each learner move of theirs
     # (their moves may differ from the plain run's: the evaluation games drew from the same RNGs)
     learner_moves = sum(1 for r in batch.rollouts for step in r.steps if step.completion.policy == LEARNER)
@@ -49,11 +51,12 @@ def test_online_games_are_drawn_per_batch_from_their_own_stream():
     online = OnlineEvaluation([game], "bot:random", games_per_batch=5, seed=9)
     first, again, second = online.matches(0)[0], online.matches(0)[0], online.matches(1)[0]
     assert len(first.episodes) == 4 and first.seeds == again.seeds and first.seeds != second.seeds
-    assert sorted(set(first.hero_seats)) == sorted(game.agents)  # the learner in every seat
+    assert sorted(set(first.tested_seats)) == sorted(game.agents)  # the learner in every seat
     with pytest.raises(ValueError, match="data.eval.online_games: expected an int >= 1 here"):
         OnlineEvaluation([game], "bot:random", games_per_batch=0, seed=0)
 
 
+@pytest.mark.slow
 def test_fit_logs_online_evaluation_per_game(tmp_path):
     trainer, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "4",
                                    "--data.eval.online_games", "4")

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from sp_lightning.play import play_main
+from sp_lightning.cli.play import main as play_main
 
 
 class ScriptedPerson:
@@ -21,6 +21,7 @@ class ScriptedPerson:
         return self.lines.pop(0)
 
 
+@pytest.mark.slow
 def test_a_full_game_against_a_bot_through_piped_input():
     # every cell in turn: the taken ones are refused and asked again, so the game always ends
     moves = "".join(f"{cell}\n" for cell in (4, 0, 8, 2, 6, 1, 3, 5, 7))

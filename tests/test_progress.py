@@ -15,13 +15,13 @@ def test_summary_shows_win_rates_throughput_and_league_state():
         "val/tictactoe_v1/win_rate": torch.tensor(0.8125), "val/tictactoe_v1/win_rate_ci_low": torch.tensor(0.1),
         "val/tictactoe_v1/legal_move_rate": 0.99,
         "rollout/tokens_per_s": torch.tensor(1234.4), "train/tokens_per_s": 20000.0,
-        "league/hero/rating": torch.tensor(27.345),
+        "league/learner/rating": torch.tensor(27.345),
         "league/mix/mirror": 0.3, "league/mix/peer": 0.4, "league/mix/exploitable": 0.2, "league/mix/baseline": 0.1,
         "train/loss": torch.tensor(0.01),  # not shown: says little in self-play
     }
     assert progress_summary(metrics) == {
         "win": "0.60", "val win": "0.812", "legal": "0.990", "rollout tok/s": "1,234", "train tok/s": "20,000",
-        "hero": "27.3", "mix": "m0.30 p0.40 e0.20 b0.10",
+        "learner": "27.3", "mix": "m0.30 p0.40 e0.20 b0.10",
     }
 
 
@@ -64,4 +64,4 @@ def test_default_bar_is_rich_in_a_terminal_and_lines_elsewhere(monkeypatch):
     monkeypatch.setattr("sys.stdout", Terminal())
     bar = default_progress_bar()
     assert type(bar) is SelfPlayProgressBar
-    assert bar.get_metrics(_FakeTrainer(1, {"league/hero/rating": 25.0}), None) == {"hero": "25.0"}
+    assert bar.get_metrics(_FakeTrainer(1, {"league/learner/rating": 25.0}), None) == {"learner": "25.0"}

@@ -5,7 +5,8 @@ import random
 
 import pytest
 
-from sp_lightning.arena import Arena, to_records
+from sp_lightning.arena import Arena
+from sp_lightning.batch import to_records
 from sp_lightning.credit import GRPO
 from sp_lightning.protocols.proposer_solver import PROPOSER, SOLVER, ProposerSolver, SumSolverBot
 from sp_lightning.rollout.base import SamplingSettings
@@ -92,6 +93,7 @@ def _fit(tmp_path, steps, *overrides):
     return fit_batches(CONFIG, tmp_path, steps, "--data.episodes_per_batch", "8", *overrides)[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver_trains", [True, False])
 def test_fit_batches_hold_exactly_the_expected_records(tmp_path, solver_trains):
     """Through fit on the tiny model, learner solvers: every proposal is a record; each answered
@@ -110,6 +112,7 @@ def test_fit_batches_hold_exactly_the_expected_records(tmp_path, solver_trains):
         assert sorted(rec.advantage for rec in batch.records) == sorted(s.advantage for s in steps)
 
 
+@pytest.mark.slow
 def test_the_proposer_learns_to_ask_questions_some_solvers_fail(tmp_path):
     """60 steps of the shipped config (64 proposals each): the untrained proposer names no
     length (reward about -1); by the last 10 steps it asks questions that some solvers fail

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from sp_lightning.arena import Arena, to_records
+from sp_lightning.arena import Arena
+from sp_lightning.batch import to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import SingleTurnEpisode
 from sp_lightning.games import GameSettings, parse_policy

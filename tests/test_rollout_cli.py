@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from sp_lightning.cli import evaluate_main, rollout_main
+from sp_lightning.cli.evaluate import main as evaluate_main
+from sp_lightning.cli.rollout import main as rollout_main
 from tests.helpers import fit_batches
 
 TICTACTOE = "configs/tictactoe_tiny.yaml"

@@ -47,8 +47,8 @@ def test_transient_faults_are_retried_and_every_move_is_played_once(tiny_policy)
     worker = FaultInjectingWorker(model, tokenizer, faults)
     arena, rollouts = _play(worker, RetrySettings(attempts=4, backoff_s=0))
     assert _moves(rollouts) == _moves(clean), "the same games, move for move, as without faults"
-    assert arena.last_retries == 3
-    assert worker.calls == clean_arena.last_generate_calls + 3
+    assert arena.last_play.retries == 3
+    assert worker.calls == clean_arena.last_play.generate_calls + 3
 
 
 def test_a_backend_that_keeps_failing_stops_the_batch_with_a_message(tiny_policy):

@@ -51,9 +51,9 @@ def test_layout_groups_every_chart_and_gives_each_game_a_win_rate_margin():
                                  "val/kuhn_poker_v1/win_rate_ci_high"]]
     assert "win rate (95% interval)" in LAYOUT["evaluation"]  # the module constant is not mutated
     league = layout["league"]["ratings (TrueSkill mu - 3 sigma)"][1][0]
-    for tag in ("league/hero/rating", "league/best/rating", "league/baseline/random_bot/rating"):
+    for tag in ("league/learner/rating", "league/best/rating", "league/baseline/random_bot/rating"):
         assert re.fullmatch(league, tag)
-    assert not re.fullmatch(league, "league/hero/mu")
+    assert not re.fullmatch(league, "league/learner/mu")
     with pytest.raises(ValueError, match="every"):
         TensorBoardGames(every=0)
 
@@ -65,15 +65,15 @@ def test_read_scalars_reads_every_version_and_keeps_the_last_write_of_a_step(tmp
 
     first = SummaryWriter(tmp_path / "tb" / "version_0")
     for step in range(5):
-        first.add_scalar("league/hero/mu", 25.0 + step, step)
+        first.add_scalar("league/learner/mu", 25.0 + step, step)
         first.add_scalar("train/loss", 1.0, step)
     first.close()
     resumed = SummaryWriter(tmp_path / "tb" / "version_1")  # a resume from step 3 writes 3 and 4 again
     for step in (3, 4, 5):
-        resumed.add_scalar("league/hero/mu", 100.0 + step, step)
+        resumed.add_scalar("league/learner/mu", 100.0 + step, step)
     resumed.close()
     scalars = read_scalars(tmp_path / "tb", r"^league/")
-    assert list(scalars) == ["league/hero/mu"]
-    assert scalars["league/hero/mu"] == [(0, 25.0), (1, 26.0), (2, 27.0), (3, 103.0), (4, 104.0), (5, 105.0)]
+    assert list(scalars) == ["league/learner/mu"]
+    assert scalars["league/learner/mu"] == [(0, 25.0), (1, 26.0), (2, 27.0), (3, 103.0), (4, 104.0), (5, 105.0)]
     with pytest.raises(FileNotFoundError, match="no TensorBoard event files"):
         read_scalars(tmp_path / "empty")

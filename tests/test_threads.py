@@ -37,8 +37,17 @@ def test_waiting_threads_sleep_unless_the_user_chose():
     assert "OMP_WAIT_POLICY" not in env
 
 
-def test_importing_the_package_sets_the_policy_before_torch_loads():
+def test_the_command_sets_the_policy_before_its_subcommand_loads_torch(tmp_path):
+    """Importing the package changes nothing (tests/test_import_graph.py); starting the
+    ``sp-lightning`` command sets the wait policy before the subcommand's module (and torch) loads."""
+    (tmp_path / "probe_command.py").write_text(
+        "import os, sys\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+        "def main(args):\n    pass\n")
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "SP_LIGHTNING_THREADS")}
-    code = "import sys, os, sp_lightning; print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)"
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env.get("PYTHONPATH", "")])
+    code = ("import sp_lightning.cli as cli\n"
+            "cli.COMMANDS['probe'] = ('probe_command', 'a probe')\n"
+            "cli.main(['probe'])\n")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["PASSIVE", "False"]

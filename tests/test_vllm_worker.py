@@ -42,19 +42,15 @@ def _perturb_adapter(model, std: float, seed: int) -> None:
 def _trainer_logprobs(module, completions, temperature=1.0):
     """The trainer's logprobs of each completion's tokens (SelfPlayModule.sequence_logprobs on
     the collated records, as a training step computes them, dividing the logits by the sampling
-    temperature: scripted here, read from the DataModule's sampling in a fit)."""
+    temperature: given here, the engine's sampling temperature in a fit)."""
     from sp_lightning.module import collate
     from sp_lightning.types import TrainingRecord
 
     records = [TrainingRecord(c.prompt_ids, c.completion_ids, c.logprobs, 0.0, 0.0, [1] * len(c.completion_ids))
                for c in completions]
     batch = collate(records, module.tokenizer.pad_token_id)
-    module._sampling_temperature = lambda: temperature
-    try:
-        with torch.no_grad():
-            logprobs, _ = module.sequence_logprobs(batch)
-    finally:
-        del module._sampling_temperature  # the method again
+    with torch.no_grad():
+        logprobs, _ = module.sequence_logprobs(batch, temperature=temperature)
     return [logprobs[row, logprobs.shape[1] - len(c.completion_ids):].tolist() for row, c in enumerate(completions)]
 
 

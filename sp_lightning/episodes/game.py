@@ -10,7 +10,7 @@ from typing import Any
 from sp_lightning.episodes.base import Episode, EpisodeContext
 from sp_lightning.prompts import ParseResult, PlainTemplate, PromptTemplate
 from sp_lightning.rubric import Rubric
-from sp_lightning.types import ModelRequest, PolicyRef, Role, Rollout, Step
+from sp_lightning.types import ModelRequest, PolicyKind, PolicyRef, Role, Rollout, Step
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def _warn_once(game: str, reason: str, max_turns: int) -> None:
 def _game_metrics(rollout: Rollout) -> dict[str, float]:
     """Win/draw/loss, reward and invalid-move rate, from the learner's seats' point of view."""
     metrics: dict[str, float] = {}
-    learner_seats = [a for a, p in rollout.seats.items() if p.kind == "learner"]
+    learner_seats = [a for a, p in rollout.seats.items() if p.kind is PolicyKind.LEARNER]
     if not learner_seats:
         return metrics
     if len(learner_seats) < len(rollout.seats):  # against an opponent: the result of the learner
@@ -127,7 +127,7 @@ def _game_metrics(rollout: Rollout) -> dict[str, float]:
         metrics["payoff"] = payoff
     else:  # mirror self-play: a decisive game has a winner, so only the draw rate says anything
         metrics["draw"] = float(all(v == 0 for v in rollout.outcome.values()))
-    moves = [s for s in rollout.steps if s.completion.policy.kind == "learner"]
+    moves = [s for s in rollout.steps if s.completion.policy.kind is PolicyKind.LEARNER]
     if moves:
         metrics["invalid_move_rate"] = sum(s.info.get("invalid_move", False) for s in moves) / len(moves)
         metrics["well_formed_rate"] = sum(s.info.get("well_formed", False) for s in moves) / len(moves)

@@ -18,9 +18,10 @@ import torch
 
 from sp_lightning.arena import Arena
 from sp_lightning.evaluation.stats import bootstrap_mean_interval, wilson_interval
-from sp_lightning.games import GameSettings, as_policy
+from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
-from sp_lightning.types import LEARNER, PolicyRef, Rollout
+from sp_lightning.sources import EpisodeRequest
+from sp_lightning.types import LEARNER, PolicyKind, PolicyRef, Rollout, as_policy
 
 SEAT_STRIDE = 1_000_003  # episode seeds of seat s start at seed + s * SEAT_STRIDE
 
@@ -105,10 +106,10 @@ def serve_policy(worker: RolloutWorker, spec: str | PolicyRef, name: str | None 
     the worker under ``name`` (default: the directory's name) and served as
     ``checkpoint:<name>``; anything else is as given."""
     policy = as_policy(spec)
-    if policy.kind == "checkpoint" and os.path.isdir(policy.name):
+    if policy.kind is PolicyKind.CHECKPOINT and os.path.isdir(policy.name):
         name = name or os.path.basename(os.path.normpath(policy.name))
         worker.register_adapter(name, policy.name)
-        return PolicyRef("checkpoint", name)
+        return PolicyRef(PolicyKind.CHECKPOINT, name)
     return policy
 
 
@@ -140,7 +141,7 @@ def play(
     """
     match = Match(game, policy, opponent, games_per_seat, seed, env_overrides)
     games = match.games(play_matches(worker, [match], sampling, seed, remotes)[0])
-    result = summarize(games, str(match.hero), match.label, game.agents, exclude_opponent_forfeits, seed)
+    result = summarize(games, str(match.tested), match.label, game.agents, exclude_opponent_forfeits, seed)
     return result, games
 
 
@@ -154,17 +155,17 @@ class Match:
     games_per_seat: int
     seed: int
     env_overrides: dict | None = None
-    # derived in __post_init__: the hero's policy, the opponents' label, and every game's
-    # episode, seed and hero seat
-    hero: PolicyRef = field(init=False)
+    # derived in __post_init__: the tested policy, the opponents' label, and every game's
+    # episode, seed and tested seat
+    tested: PolicyRef = field(init=False)
     label: str = field(init=False)
     episodes: list = field(init=False, repr=False)
     seeds: list[int] = field(init=False, repr=False)
-    hero_seats: list[str] = field(init=False, repr=False)
+    tested_seats: list[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         game = self.game
-        self.hero = as_policy(self.policy)
+        self.tested = as_policy(self.policy)
         others = [self.opponent] if isinstance(self.opponent, (str, PolicyRef)) else list(self.opponent)
         others = [as_policy(o) for o in others]
         if len(others) == 1:
@@ -175,17 +176,21 @@ class Match:
         if self.games_per_seat < 1:
             raise ValueError(f"evaluate: games_per_seat: expected >= 1, got {self.games_per_seat}")
         self.label = str(others[0]) if len(set(others)) == 1 else ",".join(map(str, others))
-        self.episodes, self.seeds, self.hero_seats = [], [], []
+        self.episodes, self.seeds, self.tested_seats = [], [], []
         for s, seat in enumerate(game.agents):
             rest = iter(others)
-            seats = {a: (self.hero if a == seat else next(rest)) for a in game.agents}
+            seats = {a: (self.tested if a == seat else next(rest)) for a in game.agents}
             for i in range(self.games_per_seat):
                 self.episodes.append(game.episode(seats, **(self.env_overrides or {})))
                 self.seeds.append(self.seed + s * SEAT_STRIDE + i)
-                self.hero_seats.append(seat)
+                self.tested_seats.append(seat)
 
     def games(self, rollouts: list[Rollout]) -> list[tuple[str, Rollout]]:
-        return list(zip(self.hero_seats, rollouts))
+        return list(zip(self.tested_seats, rollouts))
+
+    def requests(self) -> list[EpisodeRequest]:
+        """The match's episodes with their seeds, as an arena plays them."""
+        return [EpisodeRequest(episode, seed) for episode, seed in zip(self.episodes, self.seeds)]
 
 
 def play_matches(worker: RolloutWorker | None, matches: list[Match], sampling: SamplingSettings | None,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from sp_lightning.evaluation.matches import Match, split_by_match, summarize
 from sp_lightning.games import GameSettings
-from sp_lightning.arena import seeded_rng
+from sp_lightning.rng import seeded_rng
 from sp_lightning.types import LEARNER, PolicyRef, Rollout
 
 ONLINE_STREAM = 7  # seeded_rng's rank slot for the online evaluation stream (training uses the rank)
@@ -59,7 +59,7 @@ def online_metrics(matches: list[Match], rollouts: list[Rollout]) -> dict[str, f
     of their episodes)."""
     out: dict[str, float] = {}
     for match, played in zip(matches, split_by_match(matches, rollouts)):
-        result = summarize(match.games(played), str(match.hero), match.label, match.game.agents, seed=match.seed)
+        result = summarize(match.games(played), str(match.tested), match.label, match.game.agents, seed=match.seed)
         out.update(result.as_metrics(f"online_eval/{match.game.name}"))
         out[f"online_eval/{match.game.name}/games"] = float(result.games)
     return out

@@ -1,8 +1,12 @@
-"""The league: past selves and baselines that the hero trains against, rated over time.
+"""The league: past selves and baselines that the learner trains against, rated over time.
 
+A league is one block of config, ``data.league`` (``settings.LeagueSettings``), which installs
+the opponent sampler and the callback below.
+
+- ``settings``: the ``data.league`` block (schedule, evaluator, matchmaking, baselines).
 - ``registry``: the league on disk (one JSON file, atomic writes under a file lock).
 - ``ratings``: TrueSkill and multi-player Elo.
-- ``matchmaking``: who the hero plays (PFSP and the modes Unstable Baselines users know).
+- ``matchmaking``: who the learner plays (PFSP and the modes Unstable Baselines users know).
 - ``exploration``: n-gram coverage of each agent's action sequences.
 - ``sampler``: the league's opponent sampler (composes each training batch).
 - ``callbacks``: the Lightning callback: checkpoint schedule, ratings, background evaluator.
@@ -12,8 +16,8 @@
 import importlib
 
 _EXPORTS = {
-    "CheckpointSchedule": "callbacks", "EvaluatorSettings": "callbacks", "LeagueCallback": "callbacks",
-    "MatchmakingSettings": "matchmaking", "LeagueSampler": "sampler",
+    "LeagueSettings": "settings", "CheckpointSchedule": "settings", "EvaluatorSettings": "settings",
+    "MatchmakingSettings": "matchmaking", "LeagueCallback": "callbacks", "LeagueSampler": "sampler",
 }
 
 
@@ -24,4 +28,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'sp_lightning.league' has no attribute {name!r}")
 
 
-__all__ = ["CheckpointSchedule", "EvaluatorSettings", "LeagueCallback", "LeagueSampler", "MatchmakingSettings"]
+__all__ = sorted(_EXPORTS)

@@ -74,9 +74,6 @@ class NGramCoverage:
         """Coverage for every tracked n."""
         return {m: self.coverage(agent_id, m) for m in self.ns}
 
-    def agents(self) -> list[str]:
-        return list(self._seen)
-
     def state_dict(self) -> dict[str, Any]:
         """JSON-friendly: n-grams as lists of moves, n as string keys."""
         return {

@@ -1,42 +1,42 @@
-"""Matchmaking: who the hero (the learning policy) plays next.
+"""Matchmaking: who the learner (the learning policy) plays next.
 
 Pure: the caller turns the league (registry, ratings, match history) into plain
-:class:`Candidate` records and a :class:`HeroInfo`; this module turns them into a probability
+:class:`Candidate` records and a :class:`LearnerInfo`; this module turns them into a probability
 over opponents and samples from it with an rng the caller owns (and checkpoints), so a resumed
 run draws the same opponents.
 
 :func:`opponent_distribution` returns a list of :class:`Entry` ``(id, bucket, prob)``: the
 bucket says WHY that opponent was chosen, so the caller can log the realised mix of opponent
 types, not only of agents. One agent can sit in two buckets (a checkpoint can be both a peer and
-exploitable); its chance of being played is the sum of its entries (:func:`by_agent`). The hero
+exploitable); its chance of being played is the sum of its entries (:func:`by_agent`). The learner
 itself is the id ``"learner"`` (:data:`MIRROR_ID`).
 
 Modes (``MatchmakingSettings.mode``):
 
 - ``"pfsp"``: a mixture of opponent types, as in AlphaStar's league (Vinyals et al. 2019):
-  ``mirror`` (the hero plays itself), ``peer`` (checkpoints rated within ``peer_elo_window`` Elo
-  of the hero, uniform; if none, the single nearest-rated checkpoint), ``exploitable`` (every
-  checkpoint, weighted by prioritized fictitious self-play: f_hard(x) = (1 - x)^p of the hero's
-  win probability x, so the opponents the hero loses to, or used to, are played most; or
+  ``mirror`` (the learner plays itself), ``peer`` (checkpoints rated within ``peer_elo_window`` Elo
+  of the learner, uniform; if none, the single nearest-rated checkpoint), ``exploitable`` (every
+  checkpoint, weighted by prioritized fictitious self-play: f_hard(x) = (1 - x)^p of the learner's
+  win probability x, so the opponents the learner loses to, or used to, are played most; or
   f_var(x) = x(1 - x) to focus on even games) and ``baseline`` (scripted bots and the base
   model, uniform: baselines are fixed anchors for measuring progress, and weighting them by
   f_hard would stop playing them once beaten, which is exactly when their win rate is a cheap
   regression alarm).
 - ``"fixed"``: the listed ``fixed_opponents`` (uniform, or by ``fixed_weights``); bucket ``fixed``.
-- ``"mirror"``: always the hero; bucket ``mirror``.
-- ``"lagged"``: uniform over checkpoints with step in ``[hero.step - lag_max, hero.step -
+- ``"mirror"``: always the learner; bucket ``mirror``.
+- ``"lagged"``: uniform over checkpoints with step in ``[learner.step - lag_max, learner.step -
   lag_min]`` (bucket ``lagged``); if none is in the window, the single checkpoint whose step is
   nearest to it, so a run whose checkpoints are all too recent early on keeps playing.
 - ``"random"``: uniform over every candidate; bucket ``random``.
 - ``"match_quality"``: softmax of TrueSkill match quality / ``quality_temperature`` over every
   candidate; bucket ``match_quality``.
-- ``"ts_dist"``: softmax of -|hero.mu - mu| / ``mu_temperature`` over every candidate; bucket
+- ``"ts_dist"``: softmax of -|learner.mu - mu| / ``mu_temperature`` over every candidate; bucket
   ``ts_dist``.
 
 Cold start: while the league holds fewer than ``min_checkpoints`` checkpoints, every mode except
 ``"mirror"`` and ``"fixed"`` plays only baselines (uniform, bucket ``baseline``). Peers, lags and
 PFSP weights mean little against one or no past self, and the first checkpoint must be rated
-against fixed anchors before it can anchor anything; so with the default of 2 the hero plays
+against fixed anchors before it can anchor anything; so with the default of 2 the learner plays
 baselines until its second checkpoint joins the league.
 
 In ``"pfsp"`` an empty bucket's weight (no baselines in the league) is shared out over the
@@ -57,8 +57,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-MIRROR_ID = "learner"
-"""The id that stands for the hero itself (the learning policy) in entries and picks."""
+from sp_lightning.types import LEARNER_ID
+
+MIRROR_ID = LEARNER_ID
+"""The id that stands for the learner itself in entries and picks: its one name."""
 
 KINDS = ("baseline", "checkpoint", "fixed")
 MODES = ("pfsp", "fixed", "mirror", "lagged", "random", "match_quality", "ts_dist")
@@ -74,7 +76,7 @@ BUCKETS = (*PFSP_BUCKETS, "fixed", "lagged", "random", "match_quality", "ts_dist
 
 @dataclass(frozen=True)
 class Candidate:
-    """One league agent the hero could play, with statistics the caller computed."""
+    """One league agent the learner could play, with statistics the caller computed."""
 
     id: str
     """League agent id, e.g. "random_bot", "base_model", "ckpt-000120"."""
@@ -88,9 +90,9 @@ class Candidate:
     sigma: float = 25 / 3
     """TrueSkill standard deviation."""
     win_prob: float = 0.5
-    """The hero's estimated probability of beating this candidate, in [0, 1]."""
+    """The learner's estimated probability of beating this candidate, in [0, 1]."""
     quality: float = 0.5
-    """TrueSkill match quality of hero vs this candidate, in [0, 1]."""
+    """TrueSkill match quality of learner vs this candidate, in [0, 1]."""
     coverage: float | None = None
     """This agent's exploration statistic (n-gram coverage, in [0, 1]); None when unknown."""
 
@@ -99,7 +101,7 @@ class Candidate:
             raise ValueError(f"candidate {self.id!r}: kind expected one of {KINDS}, got {self.kind!r}")
         if self.id == MIRROR_ID:
             raise ValueError(
-                f"candidate id {MIRROR_ID!r} is reserved for the hero itself; "
+                f"candidate id {MIRROR_ID!r} is reserved for the learner itself; "
                 "give the league agent another id"
             )
         for name in ("win_prob", "quality"):
@@ -111,7 +113,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class HeroInfo:
+class LearnerInfo:
     """The learning policy as matchmaking sees it."""
 
     step: int
@@ -142,7 +144,7 @@ def _default_bucket_weights() -> dict[str, float]:
 
 @dataclass
 class MatchmakingSettings:
-    """Who the hero plays (see sp_lightning.league.matchmaking)."""
+    """Who the learner plays (see sp_lightning.league.matchmaking)."""
 
     mode: str = "pfsp"
     """pfsp | fixed | mirror | lagged | random | match_quality | ts_dist."""
@@ -150,10 +152,10 @@ class MatchmakingSettings:
     """pfsp: share of games per opponent type (mirror, peer, exploitable, baseline); a missing
     type gets 0; normalised to sum to 1."""
     peer_elo_window: float = 100.0
-    """pfsp: checkpoints within this many Elo of the hero are its peers."""
+    """pfsp: checkpoints within this many Elo of the learner are its peers."""
     pfsp_weighting: str = "hard"
-    """pfsp exploitable bucket: hard, f(x) = (1 - x)^pfsp_p, plays most what the hero loses to;
-    var, f(x) = x(1 - x), plays most the even matches. x is the hero's win probability."""
+    """pfsp exploitable bucket: hard, f(x) = (1 - x)^pfsp_p, plays most what the learner loses to;
+    var, f(x) = x(1 - x), plays most the even matches. x is the learner's win probability."""
     pfsp_p: float = 2.0
     """Exponent of f_hard; larger focuses harder on the strongest opponents."""
     pfsp_floor: float = 1e-3
@@ -166,17 +168,17 @@ class MatchmakingSettings:
     """Cold start: with fewer checkpoints than this, every mode but mirror and fixed plays only
     baselines."""
     fixed_opponents: list[str] = field(default_factory=list)
-    """fixed: the agent ids to play ("learner" is the hero itself)."""
+    """fixed: the agent ids to play ("learner" is the learner itself)."""
     fixed_weights: list[float] | None = None
     """fixed: one weight per fixed_opponents entry; null plays them uniformly."""
     lag_min: int = 0
-    """lagged: play checkpoints at least this many steps older than the hero."""
+    """lagged: play checkpoints at least this many steps older than the learner."""
     lag_max: int = 200
     """lagged: ... and at most this many steps older."""
     quality_temperature: float = 0.1
     """match_quality: softmax temperature on match quality (which lies in [0, 1])."""
     mu_temperature: float = 2.0
-    """ts_dist: softmax temperature on |hero mu - opponent mu| (TrueSkill units; sigma0 = 8.3)."""
+    """ts_dist: softmax temperature on |learner mu - opponent mu| (TrueSkill units; sigma0 = 8.3)."""
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -220,7 +222,7 @@ class MatchmakingSettings:
 
 
 def f_hard(x: float, p: float = 2.0) -> float:
-    """PFSP weighting (AlphaStar): (1 - x)^p, x the hero's win probability."""
+    """PFSP weighting (AlphaStar): (1 - x)^p, x the learner's win probability."""
     return (1.0 - x) ** p
 
 
@@ -245,15 +247,15 @@ def _single(bucket: str, ids: Sequence[str], weights: Sequence[float] | None = N
     return [Entry(i, bucket, p) for i, p in zip(ids, probs) if p > 0]
 
 
-def _peers(hero: HeroInfo, checkpoints: list[Candidate], window: float) -> list[Candidate]:
-    peers = [c for c in checkpoints if abs(c.elo - hero.elo) <= window]
+def _peers(learner: LearnerInfo, checkpoints: list[Candidate], window: float) -> list[Candidate]:
+    peers = [c for c in checkpoints if abs(c.elo - learner.elo) <= window]
     if peers:
         return peers
     # the nearest-rated checkpoint; among equals, the most recent
-    return [min(checkpoints, key=lambda c: (abs(c.elo - hero.elo), -(c.step or 0)))]
+    return [min(checkpoints, key=lambda c: (abs(c.elo - learner.elo), -(c.step or 0)))]
 
 
-def _pfsp(hero: HeroInfo, candidates: list[Candidate], settings: MatchmakingSettings) -> list[Entry]:
+def _pfsp(learner: LearnerInfo, candidates: list[Candidate], settings: MatchmakingSettings) -> list[Entry]:
     checkpoints = [c for c in candidates if c.kind == "checkpoint"]
     baselines = [c for c in candidates if c.kind == "baseline"]
 
@@ -261,7 +263,7 @@ def _pfsp(hero: HeroInfo, candidates: list[Candidate], settings: MatchmakingSett
         return 1.0 + settings.coverage_weight * c.coverage if c.coverage is not None else 1.0
 
     pfsp = (lambda x: f_hard(x, settings.pfsp_p)) if settings.pfsp_weighting == "hard" else f_var
-    peers = _peers(hero, checkpoints, settings.peer_elo_window) if checkpoints else []
+    peers = _peers(learner, checkpoints, settings.peer_elo_window) if checkpoints else []
     # each bucket: (ids, weights within the bucket)
     buckets: dict[str, tuple[list[str], list[float]]] = {
         MIRROR: ([MIRROR_ID], [1.0]),
@@ -291,13 +293,13 @@ def _pfsp(hero: HeroInfo, candidates: list[Candidate], settings: MatchmakingSett
     return entries
 
 
-def _lagged(hero: HeroInfo, checkpoints: list[Candidate], settings: MatchmakingSettings) -> list[Entry]:
+def _lagged(learner: LearnerInfo, checkpoints: list[Candidate], settings: MatchmakingSettings) -> list[Entry]:
     stepped = [c for c in checkpoints if c.step is not None]
     if not stepped:
         raise ValueError(
             f"lagged matchmaking needs checkpoints with a step; got {[c.id for c in checkpoints]} without one"
         )
-    low, high = hero.step - settings.lag_max, hero.step - settings.lag_min
+    low, high = learner.step - settings.lag_max, learner.step - settings.lag_min
     window = [c for c in stepped if low <= c.step <= high]
     if not window:  # nothing in the window yet: the checkpoint nearest to it
         window = [min(stepped, key=lambda c: (max(low - c.step, c.step - high), -c.step))]
@@ -305,11 +307,11 @@ def _lagged(hero: HeroInfo, checkpoints: list[Candidate], settings: MatchmakingS
 
 
 def opponent_distribution(
-    hero: HeroInfo, candidates: Sequence[Candidate], settings: MatchmakingSettings
+    learner: LearnerInfo, candidates: Sequence[Candidate], settings: MatchmakingSettings
 ) -> list[Entry]:
     """The probability of playing each opponent, per bucket; probabilities are > 0 and sum to 1.
 
-    ``"learner"`` (:data:`MIRROR_ID`) is the hero itself. Raises ValueError when there is
+    ``"learner"`` (:data:`MIRROR_ID`) is the learner itself. Raises ValueError when there is
     nothing to play or a candidate id repeats.
     """
     candidates = list(candidates)
@@ -338,9 +340,9 @@ def opponent_distribution(
             )
         return _single(BASELINE, baselines)
     if mode == "pfsp":
-        return _pfsp(hero, candidates, settings)
+        return _pfsp(learner, candidates, settings)
     if mode == "lagged":
-        return _lagged(hero, checkpoints, settings)
+        return _lagged(learner, checkpoints, settings)
     if not candidates:
         raise ValueError(f"matchmaking mode {mode!r} has no candidates to play")
     if mode == "random":
@@ -348,7 +350,7 @@ def opponent_distribution(
     if mode == "match_quality":
         return _single(mode, ids, _softmax([c.quality / settings.quality_temperature for c in candidates]))
     if mode == "ts_dist":
-        return _single(mode, ids, _softmax([-abs(hero.mu - c.mu) / settings.mu_temperature for c in candidates]))
+        return _single(mode, ids, _softmax([-abs(learner.mu - c.mu) / settings.mu_temperature for c in candidates]))
     raise AssertionError(f"unhandled mode {mode!r}")  # MatchmakingSettings validates the mode
 
 
@@ -391,32 +393,32 @@ class Matchmaker:
         self.settings = settings or MatchmakingSettings()
         self.bucket_counts: dict[str, int] = {}
 
-    def distribution(self, hero: HeroInfo, candidates: Sequence[Candidate]) -> list[Entry]:
-        return opponent_distribution(hero, candidates, self.settings)
+    def distribution(self, learner: LearnerInfo, candidates: Sequence[Candidate]) -> list[Entry]:
+        return opponent_distribution(learner, candidates, self.settings)
 
     def sample(
         self,
-        hero: HeroInfo,
+        learner: LearnerInfo,
         candidates: Sequence[Candidate],
         rng: random.Random,
         k: int = 1,
         max_distinct: int | None = None,
     ) -> list[Pick]:
-        """``k`` opponents, one per non-hero seat of a game.
+        """``k`` opponents, one per non-learner seat of a game.
 
         Without ``max_distinct`` each seat is drawn independently. With ``max_distinct = M``
         (at most M distinct opponents fit in one game, e.g. adapters loaded at once) it is
         cluster sampling: draw ``min(k, M)`` opponents independently (up to M distinct ones),
         fill the remaining seats with copies of uniformly chosen ones among them, and shuffle
         the seats. Each seat's marginal distribution is still the opponent distribution, so
-        the realised mix is unbiased. Whether the hero's own adapter counts toward M is the
+        the realised mix is unbiased. Whether the learner's own adapter counts toward M is the
         caller's call (pass M - 1 if it does).
         """
         if k < 1:
             raise ValueError(f"k: expected >= 1 opponent seats, got {k}")
         if max_distinct is not None and max_distinct < 1:
             raise ValueError(f"max_distinct: expected >= 1 or None, got {max_distinct}")
-        entries = self.distribution(hero, candidates)
+        entries = self.distribution(learner, candidates)
         picks_pool = [Pick(e.id, e.bucket) for e in entries]
         weights = [e.prob for e in entries]
         draws = min(k, max_distinct) if max_distinct is not None else k

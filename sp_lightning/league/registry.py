@@ -12,7 +12,7 @@ moment. So:
   directory, flushed and fsynced, replaces the target with ``os.replace`` (atomic) and then the
   directory is fsynced. A reader therefore sees
   the previous complete file or the new one, never half of one, and reads take no lock.
-  The two fsyncs (about 5-10 ms a write on a VM disk) make the new state survive a power loss
+  The two fsyncs (the main cost of a write) make the new state survive a power loss
   too; ``durable=False`` skips them and keeps everything else, as only the machine going down
   can lose a write that reached the page cache.
 

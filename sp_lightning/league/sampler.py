@@ -1,12 +1,12 @@
 """The league's opponent sampler: matchmaking decides who sits in each training episode.
 
-Chosen in the config as ``data.opponents: {class_path: sp_lightning.league.LeagueSampler}``;
-the :class:`~sp_lightning.league.callbacks.LeagueCallback` owns the league on disk and hands this
-sampler a fresh view of it after every step (:meth:`refresh`). Per episode the hero (the learner)
+Installed by the config's ``data.league`` block together with its
+:class:`~sp_lightning.league.callbacks.LeagueCallback`, which owns the league on disk and hands
+this sampler a fresh view of it after every step (:meth:`refresh`). Per episode the learner
 takes the next seat in rotation and the matchmaker fills the others. After every batch
-:meth:`observe` turns the finished games into match results for the ratings, updates the hero's
+:meth:`observe` turns the finished games into match results for the ratings, updates the learner's
 win-rate estimate against each opponent (what PFSP weighs by) and the exploration statistics.
-Only the hero's steps are trained on (``Step.trainable``); bots never call a model.
+Only the learner's steps are trained on (``Step.trainable``); bots never call a model.
 """
 
 from __future__ import annotations
@@ -15,16 +15,20 @@ import random
 from collections import defaultdict
 from typing import Any
 
-from sp_lightning.games import GameSettings, OpponentSampler, parse_policy
+from sp_lightning.games import GameSettings, OpponentSampler
 from sp_lightning.league.exploration import NGramCoverage
-from sp_lightning.league.matchmaking import KINDS, MIRROR_ID, Candidate, HeroInfo, Matchmaker, MatchmakingSettings
+from sp_lightning.league.matchmaking import KINDS, MIRROR_ID, Candidate, LearnerInfo, Matchmaker, MatchmakingSettings
 from sp_lightning.league.ratings import TrueSkillRatings
-from sp_lightning.types import LEARNER, PolicyRef, Rollout
-
-HERO_ID = "hero"
+from sp_lightning.types import LEARNER, LEARNER_ID, PolicyKind, PolicyRef, Rollout, parse_policy
 
 
 class LeagueSampler(OpponentSampler):
+    @classmethod
+    def from_settings(cls, settings) -> LeagueSampler:
+        """The sampler of a ``data.league`` block (``sp_lightning.league.settings.LeagueSettings``)."""
+        return cls(settings.matchmaking, settings.max_distinct_opponents, settings.win_rate_decay,
+                   tuple(settings.coverage_ngrams))
+
     def __init__(
         self,
         matchmaking: MatchmakingSettings | None = None,
@@ -37,7 +41,7 @@ class LeagueSampler(OpponentSampler):
             matchmaking: The matchmaking mode and its settings (PFSP by default).
             max_distinct_opponents: At most this many distinct opponents in one game of more
                 than two seats (cluster sampling); null leaves every seat free.
-            win_rate_decay: Decay of the hero's moving win-rate estimate against each opponent.
+            win_rate_decay: Decay of the learner's moving win-rate estimate against each opponent.
             coverage_ngrams: The n of the n-gram coverage statistics of each agent's moves.
         """
         if not 0 <= win_rate_decay < 1:
@@ -47,31 +51,31 @@ class LeagueSampler(OpponentSampler):
         self.win_rate_decay = win_rate_decay
         self.coverage = NGramCoverage(ns=coverage_ngrams)
         self.trueskill = TrueSkillRatings()
-        self.hero: HeroInfo | None = None
+        self.learner: LearnerInfo | None = None
         self.candidates: list[Candidate] = []
         self.policy_ids: dict[str, str] = {}  # policy spec -> agent id
         self.policies: dict[str, PolicyRef] = {}  # agent id -> policy
         self.kinds: dict[str, str] = {}  # agent id -> league type
-        self.win_rates: dict[str, float] = {}  # EMA of the hero's score (1 win, 0.5 draw) per opponent
+        self.win_rates: dict[str, float] = {}  # EMA of the learner's score (1 win, 0.5 draw) per opponent
         self.rotation: dict[str, int] = defaultdict(int)
         self.pending: list[tuple[list[str], list[float]]] = []  # match results for the ratings
         self.step_buckets: list[str] = []  # the buckets of this batch's opponents (for the mix)
-        self.step_results: list[tuple[str, float]] = []  # (bucket, hero payoff) of this batch
+        self.step_results: list[tuple[str, float]] = []  # (bucket, learner payoff) of this batch
 
     # ---- the league view (from the callback) --------------------------------------------------
-    def refresh(self, agents: list, hero, step: int | None = None) -> None:
-        """A fresh view of the league: ``agents`` are registry AgentRecords, ``hero`` the hero's,
-        ``step`` the training step (the hero record's own step when not given)."""
-        step = hero.step if step is None else step
-        self.hero = HeroInfo(step=step or 0, elo=hero.elo, mu=hero.mu, sigma=hero.sigma)
+    def refresh(self, agents: list, learner, step: int | None = None) -> None:
+        """A fresh view of the league: ``agents`` are registry AgentRecords, ``learner`` the learner's,
+        ``step`` the training step (the learner record's own step when not given)."""
+        step = learner.step if step is None else step
+        self.learner = LearnerInfo(step=step or 0, elo=learner.elo, mu=learner.mu, sigma=learner.sigma)
         self.policy_ids = {a.policy: a.id for a in agents}
         self.kinds = {a.id: a.type for a in agents}
-        self.policies = {a.id: parse_policy(a.policy) for a in agents if a.type != "learner"}
+        self.policies = {a.id: parse_policy(a.policy) for a in agents if a.type != LEARNER_ID}
         self.candidates = [
             Candidate(
                 id=a.id, kind=a.type, step=a.step, elo=a.elo, mu=a.mu, sigma=a.sigma,
                 win_prob=self.win_probability(a),
-                quality=self.trueskill.quality([[(hero.mu, hero.sigma)], [(a.mu, a.sigma)]]),
+                quality=self.trueskill.quality([[(learner.mu, learner.sigma)], [(a.mu, a.sigma)]]),
                 coverage=self.coverage.coverage(a.id) if a.type == "checkpoint" else None,
             )
             for a in agents
@@ -79,26 +83,26 @@ class LeagueSampler(OpponentSampler):
         ]
 
     def win_probability(self, agent) -> float:
-        """The hero's moving win rate against ``agent`` once it has played it, else TrueSkill's."""
+        """The learner's moving win rate against ``agent`` once it has played it, else TrueSkill's."""
         if agent.id in self.win_rates:
             return self.win_rates[agent.id]
-        return self.trueskill.win_probability((self.hero.mu, self.hero.sigma), (agent.mu, agent.sigma))
+        return self.trueskill.win_probability((self.learner.mu, self.learner.sigma), (agent.mu, agent.sigma))
 
     # ---- OpponentSampler ----------------------------------------------------------------------
     def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
-        if self.hero is None:
-            raise RuntimeError("LeagueSampler has no league: add sp_lightning.league.LeagueCallback to "
-                               "trainer.callbacks (it owns the league and refreshes this sampler)")
+        if self.learner is None:
+            raise RuntimeError("LeagueSampler has no league yet: its LeagueCallback (installed by data.league) "
+                               "refreshes it when training starts")
         agents = game.agents
-        hero_seat = agents[self.rotation[game.name] % len(agents)]
+        learner_seat = agents[self.rotation[game.name] % len(agents)]
         self.rotation[game.name] += 1
-        picks = self.matchmaker.sample(self.hero, self.candidates, rng, k=len(agents) - 1,
+        picks = self.matchmaker.sample(self.learner, self.candidates, rng, k=len(agents) - 1,
                                        max_distinct=self.max_distinct)
         self.step_buckets.extend(p.bucket for p in picks)
         others = iter(picks)
         seats = {}
         for agent in agents:
-            if agent == hero_seat:
+            if agent == learner_seat:
                 seats[agent] = LEARNER
             else:
                 pick = next(others)
@@ -110,28 +114,28 @@ class LeagueSampler(OpponentSampler):
             seats = rollout.seats
             for agent, policy in seats.items():
                 moves = [s.info.get("parsed_move") or "?" for s in rollout.steps_of(agent)]
-                self.coverage.add(HERO_ID if policy.kind == "learner" else self.policy_ids.get(str(policy), str(policy)), moves)
-            hero_seats = [a for a, p in seats.items() if p.kind == "learner"]
-            if len(hero_seats) == len(seats):  # mirror: no rating information
+                self.coverage.add(LEARNER_ID if policy.kind is PolicyKind.LEARNER else self.policy_ids.get(str(policy), str(policy)), moves)
+            learner_seats = [a for a, p in seats.items() if p.kind is PolicyKind.LEARNER]
+            if len(learner_seats) == len(seats):  # mirror: no rating information
                 self.step_results.append(("mirror", 0.0))
                 continue
-            hero_payoff = sum(rollout.outcome.get(a, 0.0) for a in hero_seats) / len(hero_seats)
-            opponents = [(a, self.policy_ids[str(p)]) for a, p in seats.items() if p.kind != "learner"]
+            learner_payoff = sum(rollout.outcome.get(a, 0.0) for a in learner_seats) / len(learner_seats)
+            opponents = [(a, self.policy_ids[str(p)]) for a, p in seats.items() if p.kind is not PolicyKind.LEARNER]
             bucket = self._bucket_of(opponents[0][1])
-            self.step_results.append((bucket, hero_payoff))
-            score = 1.0 if hero_payoff > 0 else 0.5 if hero_payoff == 0 else 0.0
+            self.step_results.append((bucket, learner_payoff))
+            score = 1.0 if learner_payoff > 0 else 0.5 if learner_payoff == 0 else 0.0
             for _, opponent_id in dict.fromkeys(opponents):
                 old = self.win_rates.get(opponent_id, 0.5)
                 self.win_rates[opponent_id] = self.win_rate_decay * old + (1 - self.win_rate_decay) * score
-            ids = [HERO_ID] + [opponent_id for _, opponent_id in opponents]
-            scores = [hero_payoff] + [rollout.outcome.get(a, 0.0) for a, _ in opponents]
+            ids = [LEARNER_ID] + [opponent_id for _, opponent_id in opponents]
+            scores = [learner_payoff] + [rollout.outcome.get(a, 0.0) for a, _ in opponents]
             self.pending.append((ids, scores))
 
     def _bucket_of(self, agent_id: str) -> str:
         return "baseline" if self.kinds.get(agent_id) == "baseline" else "checkpoint"
 
     def drain(self) -> tuple[list[tuple[list[str], list[float]]], list[str], list[tuple[str, float]]]:
-        """This batch's match results, opponent buckets and (opponent type, hero payoff) pairs."""
+        """This batch's match results, opponent buckets and (opponent type, learner payoff) pairs."""
         out = (self.pending, self.step_buckets, self.step_results)
         self.pending, self.step_buckets, self.step_results = [], [], []
         return out

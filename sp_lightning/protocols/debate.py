@@ -25,12 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
-from sp_lightning.games import parse_policy
 from sp_lightning.judges import Judge
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
 from sp_lightning.stores import ArtifactStore
-from sp_lightning.types import LEARNER, PolicyRef, Rollout
+from sp_lightning.types import LEARNER, PolicyRef, Rollout, parse_policy
 
 PRO, CON = "pro", "con"
 NAMES = ("Debater A", "Debater B")  # answered as [0] and [1]

@@ -30,10 +30,9 @@ from envs.negotiation import (
     values_text,
 )
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
-from sp_lightning.games import parse_policy
 from sp_lightning.rubric import Rubric, invalid_move
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
-from sp_lightning.types import LEARNER, PolicyRef, Rollout
+from sp_lightning.types import LEARNER, PolicyRef, Rollout, parse_policy
 
 SEATS = ("player_0", "player_1")
 

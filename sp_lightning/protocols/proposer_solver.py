@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sp_lightning.episodes import Episode, EpisodeContext, SingleTurnEpisode
-from sp_lightning.games import parse_policy
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
-from sp_lightning.types import LEARNER, ModelRequest, PolicyRef, Role, Rollout, Step
+from sp_lightning.types import LEARNER, ModelRequest, PolicyRef, Role, Rollout, Step, parse_policy
 
 PROPOSER, SOLVER = "proposer", "solver"
 _MOVE = re.compile(r"\[(\d)\]")

@@ -1,4 +1,5 @@
-"""The RolloutWorker interface, which every backend (hf, vllm, openai-compatible) implements."""
+"""The RolloutWorker interface, which every backend (hf, vllm, servers, remote) implements, and the
+plumbing they share (sampling and retry settings, prompt limits, adapter files)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest
+from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,11 @@ class SamplingSettings:
 
 
 class RolloutWorker(ABC):
-    """Generates completions for model requests, many at once.
+    """The interface between the arena and a model backend: everything the arena, the engine,
+    validation, the league, evaluation and the CLI ask of a backend is here, and each backend
+    (``HFRolloutWorker``, ``VLLMRolloutWorker``, ``ServerRolloutWorker``, ``RemoteRolloutWorker``)
+    implements all of it. What a backend cannot do it states as a capability set to False, and
+    the method refuses with an error that names the config key to change.
 
     ``generate`` receives every pending request of the concurrent episodes (for any mix of model
     policies) and must return one Completion per request, in order, each carrying its prompt and
@@ -47,9 +52,12 @@ class RolloutWorker(ABC):
     ``policy_version`` counts weight updates so that every completion records its provenance.
     A request whose prompt would not fit the model's context (with the completion budget) is
     never sent: its Completion comes back with ``refused = PROMPT_TOO_LONG`` and no tokens.
+
+    Each backend maps a :class:`~sp_lightning.types.PolicyKind` to what serves it (an adapter,
+    a LoRA request, a served model name) in one method of its own.
     """
 
-    policy_version: int = 0
+    # ---- capabilities: every backend states each of them ----------------------------------------
     trains: bool = True
     """Whether its completions carry the token ids and logprobs training needs (a text-only
     backend sets False, and ``fit`` refuses it)."""
@@ -63,13 +71,53 @@ class RolloutWorker(ABC):
     its engine holds a copy of the weights of its own, written by :meth:`publish_weights`. A
     backend that generates with the trainer's model object (the Hugging Face one, unless
     ``own_copy``) cannot: the optimizer would change the weights under a generation in flight."""
+    serves_checkpoints: bool = True
+    """Whether :meth:`register_adapter` can make a saved adapter directory servable as
+    ``checkpoint:<name>`` (league opponents, ``evaluate --opponent checkpoint:<dir>``)."""
+    scores_completions: bool = True
+    """Whether :meth:`completion_logprobs` scores given answers (a policy's strategy, which
+    exploitability reads)."""
+    max_adapters: int | None = None
+    """Most checkpoint adapters held at once; more are reloaded from disk as they are asked for
+    (None: no limit of the worker's own)."""
+
+    # ---- state every backend keeps --------------------------------------------------------------
+    policy_version: int = 0
+    """The learner's weight version, set by :meth:`sync_weights`."""
+    generated_tokens: int = 0
+    """Completion tokens generated so far (a running count, for throughput metrics)."""
+    adapter_load_seconds: float = 0.0
+    """Seconds spent loading adapters so far (a running total)."""
+    tokenizer = None
+    """The tokenizer prompts are encoded with; None for a backend that sends text."""
 
     @abstractmethod
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         """One Completion per request, in the same order."""
 
+    @abstractmethod
+    def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
+        """For each request, the log-probability (temperature 1, no end-of-turn token) that the
+        policy's answer starts with each candidate text. Refused where ``scores_completions`` is
+        False."""
+
+    @abstractmethod
+    def register_adapter(self, name: str, path: str) -> None:
+        """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path`` (a new
+        path under an old name replaces it). Refused where ``serves_checkpoints`` is False."""
+
+    @abstractmethod
+    def forget_adapter(self, name: str) -> None:
+        """Stop serving ``checkpoint:<name>`` and release what holds it (unknown names: nothing)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the engine, its processes, files and connections. Calling it twice is
+        harmless, and a later call of any other method starts again what it needs."""
+
     def sync_weights(self, version: int) -> None:
-        """Make the learner's latest weights the ones used for generation."""
+        """The learner's weights changed (an optimizer step, a restored checkpoint): completions
+        from now on are stamped with ``version``, and serve those weights by the next generate."""
         self.policy_version = version
 
     def publish_weights(self) -> None:
@@ -78,10 +126,16 @@ class RolloutWorker(ABC):
         that a generation on the producer thread never reads weights the optimizer is changing.
         A backend that generates with the trainer's own weights has nothing to do."""
 
-    def version_of(self, policy) -> int:
+    def version_of(self, policy: PolicyRef) -> int:
         """The weight version a completion of ``policy`` is stamped with: the learner's current
         one; other policies' weights never change (0)."""
-        return self.policy_version if policy.kind == "learner" else 0
+        return self.policy_version if policy.is_learner else 0
+
+
+def refuse(worker: RolloutWorker, what: str, key: str, instead: str) -> ValueError:
+    """The error of a backend asked for what it cannot do: names the backend, what was asked,
+    the config key that asked for it, and what to use instead."""
+    return ValueError(f"{key}: {type(worker).__name__} cannot {what}; {instead}")
 
 
 # ---- plumbing every backend shares ------------------------------------------------------------

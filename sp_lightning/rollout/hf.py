@@ -13,10 +13,9 @@ trained weights, so that it can play on another thread while the trainer steps
 
 Pending requests of different policies share one generate call: peft's mixed-adapter batches
 (``adapter_names``) route each row through its own adapter inside a single forward, so a league
-with twenty opponents costs one call per turn, not twenty: benchmarks/bench_rollout_and_step.py
-measures 64 games against 20 checkpoints 3.7x faster than with one call per policy. Adapters
-that do not fit under ``max_adapters`` are reloaded from disk every turn (one run, 64 games, 20
-checkpoints: 4.1 s with a cap of 8 against 0.7 s with 32), so league configs set the cap to the
+with twenty opponents costs one call per turn, not twenty (benchmarks/bench_rollout_and_step.py
+measures it). Adapters that do not fit under ``max_adapters`` are reloaded from disk every turn,
+which then dominates the turn (the same benchmark), so league configs set the cap to the
 league's size. A call holds at most ``max_batch_size`` rows and ``max_adapters`` checkpoints;
 a plain model without adapters gets one call per policy. Logprobs come from the processed scores
 (after temperature / top-k / top-p), which is what the sampler drew from.
@@ -24,16 +23,17 @@ a plain model without adapters gets one call per policy. Logprobs come from the 
 Unmerged LoRA layers cost a second matmul per projection. With ``merge_learner`` the worker
 keeps a copy of the model with the learner's adapter merged into the weights and serves the
 generate calls whose rows are all the learner's from it (scoring, mixed calls and the other
-policies stay on the peft model) (generate is 1.6-1.8x faster on the tiny model,
-logprobs within 1e-4, the test's tolerance). The copy is rebuilt only when the trained weights changed (their
-in-place version counters moved: an optimizer step, a checkpoint load), ~25 ms on the tiny
-model. It doubles the model's memory: it is on by default for small models (at most
+policies stay on the peft model): faster generation with the same logprobs, within the test's
+tolerance (benchmarks/bench_rollout_share.py measures the gain). The copy is rebuilt only when
+the trained weights changed (their in-place version counters moved: an optimizer step, a
+checkpoint load), which is cheap for small models. It doubles the model's memory: it is on by default for small models (at most
 ``AUTO_MERGE_MAX_PARAMS``), off for larger ones, which belong on vLLM.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from collections import OrderedDict, defaultdict
 from contextlib import contextmanager
 
@@ -41,10 +41,10 @@ import torch
 
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, check_adapter_dir, checked_max_prompt_tokens, context_length, prompt_limit,
-    refuse_too_long, registered_path,
+    refuse, refuse_too_long, registered_path,
 )
-from sp_lightning.rollout.chat import encode_chat, encode_chats, special_token_strings
-from sp_lightning.types import Completion, ModelRequest, PolicyRef
+from sp_lightning.rollout.chat import encode_chats, special_token_strings
+from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
@@ -63,11 +63,15 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
 
 
 AUTO_MERGE_MAX_PARAMS = 50_000_000
-"""``merge_learner: null`` merges for models up to this size: a copy of 50M fp32 parameters is
-200 MB and ~0.1 s per optimizer step to rebuild, against generate 1.6-1.8x faster."""
+"""``merge_learner: null`` merges for models up to this size (a copy of 50M fp32 parameters is
+200 MB): below it the copy's memory and its rebuild after each optimizer step cost less than
+the faster generation saves."""
 
 
 class HFRolloutWorker(RolloutWorker):
+    trains = True
+    scores_completions = True
+
     @property
     def shares_weights(self) -> bool:
         """The learner's own model object (unless ``own_copy``): its logprobs are the trainer's."""
@@ -77,6 +81,11 @@ class HFRolloutWorker(RolloutWorker):
     def supports_async(self) -> bool:
         """Only with ``own_copy``: the optimizer must not change the weights under a generation."""
         return self.own_copy
+
+    @property
+    def serves_checkpoints(self) -> bool:
+        """Checkpoints are peft adapters loaded beside the learner's: a LoRA policy only."""
+        return hasattr(self.trainer_model, "peft_config")
 
     def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
                  max_prompt_tokens: int | None = None, merge_learner: bool | None = None, own_copy: bool = False):
@@ -116,6 +125,7 @@ class HFRolloutWorker(RolloutWorker):
         self.adapter_paths: dict[str, str] = {}
         self.loaded: OrderedDict[str, None] = OrderedDict()  # checkpoint ids, least recent first
         self.adapter_loads = 0
+        self.adapter_load_seconds = 0.0
         self.specials = special_token_strings(tokenizer)
         if merge_learner is None:
             merge_learner = sum(p.numel() for p in model.parameters()) <= AUTO_MERGE_MAX_PARAMS
@@ -157,6 +167,9 @@ class HFRolloutWorker(RolloutWorker):
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
+        if not self.serves_checkpoints:
+            raise refuse(self, f"serve checkpoint {name!r}: the model has no peft adapter to load it beside",
+                         "model.policy.lora", "checkpoints need a LoRA policy (set model.policy.lora)")
         check_adapter_dir(name, path)
         if self.adapter_paths.get(name) not in (None, path) and name in self.loaded:
             self._unload(name)  # a new path under an old name: never serve stale weights
@@ -167,6 +180,14 @@ class HFRolloutWorker(RolloutWorker):
             self._unload(name)
         self.adapter_paths.pop(name, None)
 
+    def close(self) -> None:
+        """Release the merged copy and the loaded checkpoint adapters: registered adapters stay
+        registered and load again when asked for, the merged copy is made again. The own copy
+        stays (the weights a later validate plays until its first sync)."""
+        for name in list(self.loaded):
+            self._unload(name)
+        self._merged, self._merged_key = None, None
+
     def _unload(self, name: str) -> None:
         self.model.delete_adapter(_peft_name(name))
         del self.loaded[name]
@@ -176,12 +197,11 @@ class HFRolloutWorker(RolloutWorker):
             self.loaded.move_to_end(name)
             return
         path = registered_path(self.adapter_paths, name)
-        if not hasattr(self.model, "load_adapter"):
-            raise ValueError(f"policy checkpoint:{name}: the model has no peft adapter to load it beside "
-                             f"(policy.lora is null); checkpoints need a LoRA policy")
         while len(self.loaded) >= self.max_adapters:
             self._unload(next(iter(self.loaded)))
+        start = time.perf_counter()
         self.model.load_adapter(path, adapter_name=_peft_name(name))
+        self.adapter_load_seconds += time.perf_counter() - start
         self.model.base_model.set_adapter(LEARNER_ADAPTER)  # loading must not change what trains
         self.loaded[name] = None
         self.adapter_loads += 1
@@ -212,14 +232,14 @@ class HFRolloutWorker(RolloutWorker):
             with self.serving(distinct[0]):
                 yield {}
             return
-        checkpoints = [p.name for p in distinct if p.kind == "checkpoint"]
+        checkpoints = [p.name for p in distinct if p.kind is PolicyKind.CHECKPOINT]
         for name in checkpoints:  # most recent first, so loading the others cannot evict them
             if name in self.loaded:
                 self.loaded.move_to_end(name)
         for name in checkpoints:
             self._ensure_loaded(name)
         with self._eval_mode():
-            yield {"adapter_names": [_row_adapter(p) for p in policies]}
+            yield {"adapter_names": [self._adapter_name(p) for p in policies]}
 
     def _calls(self, policies: list[PolicyRef]) -> list[list[int]]:
         """Request indices packed into calls: policies stay together, a call holds at most
@@ -232,37 +252,48 @@ class HFRolloutWorker(RolloutWorker):
         for policy, indices in _by_policy(policies).items():
             for start in range(0, len(indices), self.max_batch_size):
                 part = indices[start : start + self.max_batch_size]
-                new_checkpoint = policy.kind == "checkpoint" and policy.name not in current_checkpoints
+                new_checkpoint = policy.kind is PolicyKind.CHECKPOINT and policy.name not in current_checkpoints
                 if current and (not mixes or len(current) + len(part) > self.max_batch_size
                                 or (new_checkpoint and len(current_checkpoints) >= self.max_adapters)):
                     calls.append(current)
                     current, current_checkpoints = [], set()
                 current.extend(part)
-                if policy.kind == "checkpoint":
+                if policy.kind is PolicyKind.CHECKPOINT:
                     current_checkpoints.add(policy.name)
         if current:
             calls.append(current)
         return calls
 
+    def _adapter_name(self, policy: PolicyRef) -> str:
+        """What serves ``policy`` here, the one place a policy maps to the model: the peft adapter
+        of its rows (the learner's, none for the base model, a loaded checkpoint's)."""
+        if policy.kind is PolicyKind.LEARNER:
+            return LEARNER_ADAPTER
+        if policy.kind is PolicyKind.BASE:
+            return BASE_ROWS
+        if policy.kind is PolicyKind.CHECKPOINT:
+            return _peft_name(policy.name)
+        raise ValueError(f"HFRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
+
     @contextmanager
     def _adapter_of(self, policy: PolicyRef):
-        if policy.kind == "learner":
+        """The model set to serve ``policy`` alone for the block."""
+        adapter = self._adapter_name(policy)
+        if adapter == LEARNER_ADAPTER:
             yield
-        elif policy.kind == "base":
+        elif adapter == BASE_ROWS:
             if hasattr(self.model, "disable_adapter"):
                 with self.model.disable_adapter():
                     yield
             else:  # no adapter: the learner is the base model
                 yield
-        elif policy.kind == "checkpoint":
+        else:
             self._ensure_loaded(policy.name)
-            self.model.base_model.set_adapter(_peft_name(policy.name), inference_mode=True)
+            self.model.base_model.set_adapter(adapter, inference_mode=True)
             try:
                 yield
             finally:
                 self.model.base_model.set_adapter(LEARNER_ADAPTER)
-        else:
-            raise ValueError(f"HFRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
 
     def _merged_learner(self):
         """The model with the learner's adapter merged in (eval mode), rebuilt when a trained
@@ -282,12 +313,9 @@ class HFRolloutWorker(RolloutWorker):
         return self._merged
 
     # ---- generation ---------------------------------------------------------------------------
-    def encode_prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        """The prompt's ids; model-written text in it cannot become special tokens (see ``chat``)."""
-        return encode_chat(self.tokenizer, messages, self.specials)
-
     def encode_prompts(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
-        """:meth:`encode_prompt` of each conversation, in one tokenizer call."""
+        """Each conversation's prompt ids, in one tokenizer call; model-written text in them cannot
+        become special tokens (see ``chat``)."""
         return encode_chats(self.tokenizer, conversations, self.specials)
 
     def prompt_limit(self, sampling: SamplingSettings) -> int:
@@ -363,7 +391,7 @@ class HFRolloutWorker(RolloutWorker):
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        merged = self._merged_learner() if all(p.kind == "learner" for p in policies) else None
+        merged = self._merged_learner() if all(p.kind is PolicyKind.LEARNER for p in policies) else None
         if merged is not None:
             out = merged.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
         else:
@@ -407,17 +435,6 @@ def _by_policy(policies: list[PolicyRef]) -> dict[PolicyRef, list[int]]:
             raise ValueError(f"HFRolloutWorker got a request for bot policy {policy}")
         groups[policy].append(index)
     return groups
-
-
-def _row_adapter(policy: PolicyRef) -> str:
-    """The peft adapter name that serves ``policy``'s rows in a mixed batch."""
-    if policy.kind == "learner":
-        return LEARNER_ADAPTER
-    if policy.kind == "base":
-        return BASE_ROWS
-    if policy.kind == "checkpoint":
-        return _peft_name(policy.name)
-    raise ValueError(f"HFRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
 
 
 def _peft_name(checkpoint_id: str) -> str:

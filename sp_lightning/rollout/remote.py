@@ -24,8 +24,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
-from sp_lightning.types import Completion, ModelRequest
+from sp_lightning.rollout.base import RolloutWorker, SamplingSettings, refuse
+from sp_lightning.types import Completion, ModelRequest, PolicyKind
 
 
 class RemoteModelError(RuntimeError):
@@ -151,7 +151,12 @@ class RemoteRolloutWorker(RolloutWorker):
     init_args: {base_url: http://127.0.0.1:8000/v1, served_model: my-model}}``.
     """
 
-    trains = False
+    trains = False  # text only: no token ids or logprobs
+    shares_weights = False
+    supports_async = False
+    serves_checkpoints = False  # adapters live on the server, loaded there and named checkpoint:<name>
+    scores_completions = False
+    max_adapters = None
 
     def __init__(self, model=None, tokenizer=None, *, base_url: str, served_model: str,
                  base_model: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout: float = 60.0,
@@ -166,12 +171,13 @@ class RemoteRolloutWorker(RolloutWorker):
         self.policy_version = self.served.get_policy_version()
 
     def model_for(self, policy) -> RemoteModel:
-        """The server-side model that serves ``policy``."""
-        if policy.kind == "learner":
+        """What serves ``policy`` here, the one place a policy maps to the server: the server-side
+        model it is asked of."""
+        if policy.kind is PolicyKind.LEARNER:
             name = self.served.model
-        elif policy.kind == "checkpoint":
+        elif policy.kind is PolicyKind.CHECKPOINT:
             name = policy.name
-        elif policy.kind == "base" and self.base_model:
+        elif policy.kind is PolicyKind.BASE and self.base_model:
             name = self.base_model
         else:
             raise ValueError(f"RemoteRolloutWorker at {self.settings['base_url']}: cannot serve policy {policy} "
@@ -190,8 +196,15 @@ class RemoteRolloutWorker(RolloutWorker):
                 for text, r in zip(texts, requests)]
 
     def register_adapter(self, name: str, path: str) -> None:
-        raise ValueError(f"RemoteRolloutWorker: adapter directory {path!r} cannot be sent to "
-                         f"{self.settings['base_url']}; load it on the server and name it checkpoint:<its name>")
+        raise refuse(self, f"send adapter directory {path!r} to {self.settings['base_url']}", "data.rollout",
+                     "load it on the server and name it checkpoint:<its served name>")
+
+    def forget_adapter(self, name: str) -> None:
+        """Nothing to release: the server's adapters are the server's."""
+
+    def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
+        raise refuse(self, "score given answers (text only: no logprobs)", "data.rollout",
+                     "use HFRolloutWorker or VLLMRolloutWorker for exploitability")
 
     def sync_weights(self, version: int) -> None:
         """The server's weights are its own: the version is the one its endpoint reports."""

@@ -46,10 +46,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
-    context_length, prompt_limit, ram_temp_dir, refuse_too_long, registered_path, save_learner_adapter,
+    context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
 )
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
-from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyRef
+from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
 
 class ServerError(RuntimeError):
@@ -57,7 +57,12 @@ class ServerError(RuntimeError):
 
 
 class ServerRolloutWorker(RolloutWorker):
+    trains = True
+    shares_weights = False  # the servers compute their own logprobs (the loss corrects for the gap)
     supports_async = True  # the servers hold their own copy of the weights (publish_weights)
+    serves_checkpoints = True
+    scores_completions = False  # the completions API scores no given answer
+    max_adapters = None  # the servers keep what is loaded
 
     def __init__(self, model, tokenizer, *, base_urls: list[str], served_model: str,
                  adapter_dir: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
@@ -175,9 +180,11 @@ class ServerRolloutWorker(RolloutWorker):
         self.adapter_loads += 1
 
     def _served_name(self, policy: PolicyRef) -> str:
-        if policy.kind == "base" or (policy.kind == "learner" and not hasattr(self.model, "peft_config")):
+        """What serves ``policy`` here, the one place a policy maps to the servers: the name of the
+        model or adapter they serve it under (loaded on every server first if it is new)."""
+        if policy.kind is PolicyKind.BASE or (policy.kind is PolicyKind.LEARNER and not hasattr(self.model, "peft_config")):
             return self.served_model
-        if policy.kind == "learner":
+        if policy.kind is PolicyKind.LEARNER:
             if self._learner_version != self.policy_version:
                 name = f"learner-v{self.policy_version}-{self._tag}"
                 path = save_learner_adapter(self.model, os.path.join(self.root, name))
@@ -189,7 +196,7 @@ class ServerRolloutWorker(RolloutWorker):
                         self._post(url, "v1/unload_lora_adapter", {"lora_name": previous[0]})
                     shutil.rmtree(previous[1], ignore_errors=True)
             return self._learner_name  # type: ignore[return-value]
-        if policy.kind == "checkpoint":
+        if policy.kind is PolicyKind.CHECKPOINT:
             path = registered_path(self.adapter_paths, policy.name)
             if policy.name not in self._loaded_checkpoints:
                 self._load_everywhere(self._checkpoint_name(policy.name), path)
@@ -258,9 +265,9 @@ class ServerRolloutWorker(RolloutWorker):
         return list(ids), [float(x) for x in logprobs]
 
     def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
-        raise ValueError("ServerRolloutWorker does not score given answers (a policy's strategy, for "
-                         "exploitability: eval.exploitability, the league's exploitability_every); use "
-                         "VLLMRolloutWorker or HFRolloutWorker for those runs")
+        raise refuse(self, "score given answers (a policy's strategy, for exploitability)",
+                     "data.eval.exploitability / data.league.exploitability_every",
+                     "turn them off, or use VLLMRolloutWorker or HFRolloutWorker for those runs")
 
     def close(self) -> None:
         """Unload this worker's adapters from the servers (best effort: a server that is down has

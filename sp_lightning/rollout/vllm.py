@@ -44,7 +44,7 @@ which under asynchronous collection may be mid-update.
 
 The base model comes from where the policy loaded it (a hub name or a local directory); a model
 built in-process (``model: tiny``) is saved once, without its adapter, next to the adapters.
-The engine starts on the first generate (~20 s on CPU, less on a GPU), not when the worker is
+The engine starts on the first generate (slowly, especially on a CPU), not when the worker is
 made, and ``close`` shuts it down (a later generate starts it again).
 """
 
@@ -60,10 +60,10 @@ from contextlib import contextmanager
 
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
-    context_length, prompt_limit, ram_temp_dir, refuse_too_long, registered_path, save_learner_adapter,
+    context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
 )
 from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
-from sp_lightning.types import Completion, ModelRequest, PolicyRef
+from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,15 @@ VALID_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class VLLMRolloutWorker(RolloutWorker):
+    trains = True
+    shares_weights = False  # the engine computes its own logprobs (the loss corrects for the gap)
     supports_async = True  # the engine holds its own copy of the weights (publish_weights)
+    scores_completions = True
+
+    @property
+    def serves_checkpoints(self) -> bool:
+        """Checkpoints are LoRA adapters: an engine started with LoRA (a LoRA policy) only."""
+        return bool(self.engine_args["enable_lora"])
 
     def __init__(
         self,
@@ -147,6 +155,7 @@ class VLLMRolloutWorker(RolloutWorker):
             raise ValueError(f"rollout.max_loras: expected >= 1, got {max_loras}")
         self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         self.max_lora_rank = max_lora_rank
+        self.max_adapters = max_cpu_loras or max_loras  # vLLM's CPU cache of adapters (its LRU)
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._owns_root = adapter_dir is None
@@ -260,6 +269,9 @@ class VLLMRolloutWorker(RolloutWorker):
 
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
+        if not self.serves_checkpoints:
+            raise refuse(self, f"serve checkpoint {name!r}: the engine runs without LoRA", "model.policy.lora",
+                         "checkpoints need a LoRA policy (set model.policy.lora)")
         check_adapter_dir(name, path)
         _check_servable(_read_adapter_config(path), f"checkpoint {name!r} ({path})", self.max_lora_rank)
         if self.adapter_paths.get(name) not in (None, path):
@@ -310,11 +322,13 @@ class VLLMRolloutWorker(RolloutWorker):
         return self._learner
 
     def _request_of(self, policy: PolicyRef):
-        if policy.kind == "learner":
+        """What serves ``policy`` here, the one place a policy maps to the engine: the LoRA request
+        of its version (None: the base model)."""
+        if policy.kind is PolicyKind.LEARNER:
             return self._learner_request()
-        if policy.kind == "base":
+        if policy.kind is PolicyKind.BASE:
             return None
-        if policy.kind == "checkpoint":
+        if policy.kind is PolicyKind.CHECKPOINT:
             if policy.name not in self._checkpoints:
                 path = registered_path(self.adapter_paths, policy.name)
                 self._checkpoints[policy.name] = self._load(f"ckpt-{policy.name}", path)

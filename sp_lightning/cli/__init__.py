@@ -1,0 +1,54 @@
+"""The ``sp-lightning`` command: a table of subcommands, each a module of its own with one parser
+that owns all of its flags (``sp-lightning <command> --help``).
+
+    sp-lightning fit --config configs/tictactoe_tiny.yaml
+    sp-lightning validate --config configs/tictactoe_tiny.yaml --ckpt_path <ckpt> --data.eval.games 400
+    sp-lightning evaluate --config configs/kuhn_poker_league_tiny.yaml --checkpoint <ckpt> \\
+        --opponent bot:random --games_per_seat 1000 --seed 7 --exploitability true
+    sp-lightning crossplay --config configs/tictactoe_league_tiny.yaml \\
+        --league runs/tictactoe_league_tiny/league --output_dir crossplay
+    sp-lightning play --config configs/tictactoe_tiny.yaml --checkpoint <ckpt>
+    sp-lightning rollout --config configs/debate_tiny.yaml --steps 2 --show 1
+
+Starting the command (not importing this package) sets the process's thread defaults
+(``sp_lightning.threads``) before torch loads, then imports only the subcommand it runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fit": ("sp_lightning.cli.fit", "train a policy by self-play or league play (a config's data and model)"),
+    "validate": ("sp_lightning.cli.validate", "the in-training evaluation of a checkpoint, as a Lightning validate"),
+    "evaluate": ("sp_lightning.cli.evaluate", "checkpoints against an opponent on fresh seeds, with intervals"),
+    "crossplay": ("sp_lightning.cli.crossplay", "a round robin of a league's agents: payoffs and ratings"),
+    "play": ("sp_lightning.cli.play", "play a game in the terminal against a policy or a bot"),
+    "rollout": ("sp_lightning.cli.rollout", "play and print a config's batches without training"),
+}
+"""Subcommand -> (module with a ``main(args)``, one line of what it does)."""
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: sp-lightning <command> [options]   (sp-lightning <command> --help for its options)", "",
+             "commands:"]
+    lines += [f"  {name.ljust(width)}  {summary}" for name, (_, summary) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else list(args)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    if argv[0] not in COMMANDS:
+        print(f"sp-lightning: unknown command {argv[0]!r}\n\n{usage()}", file=sys.stderr)
+        raise SystemExit(2)
+    from sp_lightning.threads import configure_torch_threads, set_wait_policy
+
+    set_wait_policy()  # before the subcommand loads torch's OpenMP runtime
+    command = importlib.import_module(COMMANDS[argv[0]][0])
+    configure_torch_threads()
+    command.main(argv[1:])

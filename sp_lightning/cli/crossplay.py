@@ -1,0 +1,113 @@
+"""``sp-lightning crossplay``: a round robin among a league's agents (its baselines and kept
+checkpoints) and any checkpoints named, in the config's two-seat game: the payoff matrix,
+Bradley-Terry and Elo ratings with bootstrap intervals, written as JSON, two PNGs and
+TensorBoard events under ``--output_dir`` (see sp_lightning.evaluation.crossplay_report)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from sp_lightning.cli.common import fail, parse_command
+
+PROG = "sp-lightning crossplay"
+
+
+def add_flags(parser) -> None:
+    parser.add_argument("--league", type=str | None, default=None,
+                        help="league directory (holding league.json) whose agents play")
+    parser.add_argument("--checkpoint", nargs="*", default=[],
+                        help="further players: Lightning .ckpt files or peft adapter dirs")
+    parser.add_argument("--max_checkpoints", type=int, default=8,
+                        help="the league's kept checkpoints, thinned evenly over training steps to at most this many")
+    parser.add_argument("--no_baselines", type=bool, default=False, help="leave the league's baseline bots out")
+    parser.add_argument("--games_per_seat", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots, sampling and the bootstrap")
+    parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of the ratings")
+    parser.add_argument("--output_dir", default="crossplay")
+
+
+def main(args: list[str]) -> dict:
+    from sp_lightning.evaluation.crossplay import cross_play
+    from sp_lightning.evaluation.crossplay_ratings import rate
+    from sp_lightning.evaluation.crossplay_report import write_report
+    from sp_lightning.evaluation.matches import serve_policy
+
+    ours, module, datamodule = parse_command(PROG, __doc__, add_flags, args)
+    engine = datamodule.build_engine(module)
+    if len(engine.games) != 1:
+        fail(PROG, f"expected a config with one game, got "
+                         f"{[g.name for g in engine.games]}")
+    game = engine.games[0]
+    worker = engine.worker
+    policies = league_players(ours.league, ours.max_checkpoints, not ours.no_baselines) if ours.league else {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for path in ours.checkpoint:
+            label = unique_label(path, policies)
+            if not os.path.isdir(path):  # a Lightning .ckpt: its adapter, saved where the worker can load it
+                module.load_policy_weights(path)
+                module.save_adapter(os.path.join(scratch, label))
+                path = os.path.join(scratch, label)
+            policies[label] = f"checkpoint:{path}"
+        if len(policies) < 2:
+            fail(PROG, f"expected at least 2 players (--league, --checkpoint), "
+                             f"got {list(policies)}")
+        # adapters registered by their unique labels: two directories may share a name
+        served = {label: serve_policy(worker, spec, name=label) for label, spec in policies.items()}
+        print(f"cross-play of {len(served)} agents in {game.name}, {ours.games_per_seat} games per seat and pair")
+        table = cross_play(worker, game, served, games_per_seat=ours.games_per_seat, sampling=engine.eval_sampling(),
+                           seed=ours.seed, env_overrides=engine.eval.env_overrides())
+        engine.close()
+    ratings = rate(table, resamples=ours.resamples, seed=ours.seed)
+    meta = {"game": game.name, "games_per_seat": ours.games_per_seat, "seed": ours.seed,
+            "league": ours.league, "policies": {k: str(v) for k, v in served.items()}}
+    paths = write_report(table, ratings, ours.output_dir, meta)
+    print("row's mean payoff against column:")
+    print(table.table())
+    print(ratings.table())
+    print("written: " + ", ".join(paths.values()))
+    return {"table": table, "ratings": ratings, "paths": paths}
+
+
+def unique_label(path: str, taken) -> str:
+    """A player's label: the file or directory name without extension (``last`` for
+    ``run/checkpoints/last.ckpt``), prefixed with its parent directories' names until no other
+    player has it (``runB-checkpoints-last``), or numbered as a last resort."""
+    parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
+    parts[-1] = os.path.splitext(parts[-1])[0]
+    for depth in range(1, len(parts) + 1):
+        label = "-".join(p for p in parts[-depth:] if p)
+        if label and label not in taken:
+            return label
+    k = 2
+    while f"{parts[-1]}-{k}" in taken:
+        k += 1
+    return f"{parts[-1]}-{k}"
+
+
+def league_players(league_dir: str, max_checkpoints: int, baselines: bool = True) -> dict[str, str]:
+    """Label -> policy spec of a league's baselines and kept checkpoints (at most
+    ``max_checkpoints``, spread evenly over their training steps, the last one always in)."""
+    from sp_lightning.league.registry import LeagueRegistry
+
+    path = os.path.join(league_dir, "league.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--league {league_dir}: no league.json there")
+    agents = LeagueRegistry(path).agents()
+    players = {a.id: a.policy for a in agents if baselines and a.type == "baseline"}
+    adapters = {}  # where each kept checkpoint's adapter is now (the league directory may have moved)
+    for a in agents:
+        if a.type == "checkpoint":
+            here = os.path.join(league_dir, "adapters", a.id)
+            found = [p for p in (a.adapter_path, here) if p and os.path.isdir(p)]
+            if found:
+                adapters[a.id] = found[0]
+    kept = sorted((a for a in agents if a.id in adapters), key=lambda a: a.step or 0)
+    if max_checkpoints < len(kept):
+        if max_checkpoints <= 1:
+            picks = {len(kept) - 1} if max_checkpoints == 1 else set()
+        else:
+            picks = {round(k * (len(kept) - 1) / (max_checkpoints - 1)) for k in range(max_checkpoints)}
+        kept = [a for k, a in enumerate(kept) if k in picks]
+    players.update({a.id: f"checkpoint:{adapters[a.id]}" for a in kept})
+    return players

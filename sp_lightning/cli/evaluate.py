@@ -1,0 +1,85 @@
+"""``sp-lightning evaluate``: the config's model and games, one or several checkpoints, an
+opponent, seeds of your choice. Prints a table with 95% intervals and returns (and with
+``--output`` writes as JSON) the figures: ``{game: metrics}`` for one checkpoint,
+``{checkpoint: {game: metrics}}`` for several.
+
+A checkpoint is a Lightning ``.ckpt`` or a peft adapter directory (none: the untrained policy);
+the opponent is ``bot:<name>``, ``base``, ``checkpoint:<adapter dir>`` or ``remote:<name>`` of
+``data.remote_models``. The games are played as validation plays them (``data.eval``:
+invalid-move rule, temperature), on the seeds given here.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sp_lightning.cli.common import parse_command
+
+
+def add_flags(parser) -> None:
+    parser.add_argument("--checkpoint", nargs="+", default=[None],
+                        help="Lightning .ckpt or peft adapter dir of the policy, or several (each evaluated in "
+                             "turn on the same games); none: the untrained policy")
+    parser.add_argument("--opponent", type=str | None, default=None,
+                        help="bot:<name> | base | checkpoint:<adapter dir> | remote:<name of data.remote_models> "
+                             "(default: the config's data.eval.opponent)")
+    parser.add_argument("--games_per_seat", type=int, default=500)
+    parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
+    parser.add_argument("--exclude_opponent_forfeits", type=bool, default=False,
+                        help="leave games the opponent lost by its own invalid move out of the figures (they are "
+                             "still counted, as opponent_forfeit_rate)")
+    parser.add_argument("--exploitability", type=bool, default=False)
+    parser.add_argument("--output", type=str | None, default=None, help="write the results as JSON to this file")
+
+
+def main(args: list[str]) -> dict:
+    from sp_lightning.evaluation.matches import evaluate, serve_policy
+    from sp_lightning.evaluation.strategy import exploitability_metrics
+
+    ours, module, datamodule = parse_command("sp-lightning evaluate", __doc__, add_flags, args)
+    engine = datamodule.build_engine(module)
+    worker = engine.worker
+    opponent = serve_policy(worker, ours.opponent or engine.eval.opponent)  # an adapter directory: by its name
+    reports, rows = {}, []
+    sampling, env_overrides = engine.eval_sampling(), engine.eval.env_overrides()
+    for checkpoint in ours.checkpoint:
+        if checkpoint:
+            module.load_policy_weights(checkpoint)
+        label = checkpoint or "untrained"
+        report = reports[label] = {}
+        for game in engine.games:
+            result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
+                              sampling=sampling, seed=ours.seed, env_overrides=env_overrides,
+                              remotes=engine.remotes, exclude_opponent_forfeits=ours.exclude_opponent_forfeits)
+            entry = {**result.as_metrics(game.name), "games": result.games}
+            print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
+            rows.append((label, game.name, result))
+            if ours.exploitability:
+                exploit_metrics, exploit = exploitability_metrics(worker, game, game.name)
+                entry.update(exploit_metrics)
+                if exploit is not None:
+                    print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
+                          f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
+            report[game.name] = entry
+    engine.close()
+    print(results_table(rows, f"vs {opponent}, {ours.games_per_seat} games per seat, seed {ours.seed}"))
+    out = next(iter(reports.values())) if len(reports) == 1 else reports
+    if ours.output:
+        with open(ours.output, "w") as f:
+            json.dump(out, f, indent=2)
+    return out
+
+
+def results_table(rows: list, caption: str) -> str:
+    """``(policy, game, EvalResult)`` rows as an aligned text table with 95% intervals."""
+    header = ["policy", "game", "games", "win [95% CI]", "draw", "loss", "payoff [95% CI]", "legal", "opp. forfeits"]
+    lines = [header]
+    for label, game, r in rows:
+        lines.append([label, game, str(r.games), f"{r.win_rate:.3f} [{r.win_ci[0]:.3f}, {r.win_ci[1]:.3f}]",
+                      f"{r.draw_rate:.3f}", f"{r.loss_rate:.3f}",
+                      f"{r.payoff_mean:+.3f} [{r.payoff_ci[0]:+.3f}, {r.payoff_ci[1]:+.3f}]",
+                      f"{r.legal_move_rate:.3f}", f"{r.opponent_forfeit_rate:.3f}"])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths)))
+            for line in lines]
+    return "\n".join([caption, text[0], "-" * len(text[0]), *text[1:]])

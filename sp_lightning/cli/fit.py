@@ -1,0 +1,46 @@
+"""``sp-lightning fit``: LightningCLI over SelfPlayModule and SelfPlayDataModule.
+
+The config's ``model:`` block is the module's arguments, ``data:`` the DataModule's (the run's
+engine), ``trainer:`` Lightning's Trainer with this engine's defaults where it is silent
+(``sp_lightning.trainer``). ``sp-lightning fit --help`` lists every key.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from lightning.pytorch.cli import LightningCLI
+
+from sp_lightning.data import SelfPlayDataModule
+from sp_lightning.module import SelfPlayModule
+from sp_lightning.trainer import finish_trainer, quiet_known_warnings, trainer_defaults, with_default_progress_bar
+
+
+class SelfPlayCLI(LightningCLI):
+    """LightningCLI with this engine's Trainer defaults and finishing touches. The module
+    configures its own optimizer (``model.optimizer``), so LightningCLI's ``--optimizer`` and
+    ``--lr_scheduler`` are not offered."""
+
+    def __init__(self, *args, **kwargs):
+        quiet_known_warnings()
+        kwargs.setdefault("auto_configure_optimizers", False)
+        super().__init__(SelfPlayModule, SelfPlayDataModule, *args, **kwargs)
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.set_defaults({f"trainer.{key}": value for key, value in trainer_defaults().items()})
+
+    def instantiate_trainer(self, **kwargs):
+        config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        return finish_trainer(super().instantiate_trainer(**with_default_progress_bar(config)))
+
+
+def run(subcommand: str, args: list[str]) -> None:
+    """Lightning's ``subcommand`` (fit, validate) on the config ``args`` describe."""
+    with warnings.catch_warnings():  # ``args`` are this command's share of the command line
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        SelfPlayCLI(args=[subcommand, *args], save_config_kwargs={"overwrite": True}, seed_everything_default=0,
+                    parser_kwargs={"prog": "sp-lightning", "allow_abbrev": False, subcommand: {"allow_abbrev": False}})
+
+
+def main(args: list[str]) -> None:
+    run("fit", args)

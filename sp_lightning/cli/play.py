@@ -1,0 +1,109 @@
+"""``sp-lightning play``: a person plays a game in the terminal against a policy or a bot.
+
+    sp-lightning play --config configs/tictactoe_tiny.yaml \\
+        --checkpoint runs/tictactoe_tiny/checkpoints/best.ckpt          # against the checkpoint
+    sp-lightning play --game kuhn_poker_v1 --opponent bot:random --seat 1
+
+``--config`` (repeatable) and any fit option (``--model...``, ``--data...``) choose the model
+and the games, as for fit: give the config a checkpoint was trained with. Without ``--config``:
+the default tiny model and ``--game``. What the person sees and how moves are read:
+``sp_lightning.play``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from envs import play
+from sp_lightning.cli.common import fail, parse_command
+
+PROG = "sp-lightning play"
+from sp_lightning.play import HumanPlayer, PlayerQuit, announced, format_result, opponent_players, require_bot
+from sp_lightning.types import PolicyKind, parse_policy
+
+
+def add_flags(parser) -> None:
+    parser.add_argument("--game", type=str | None, default=None,
+                        help="game id (one of the config's games; default: its first). Without --config, any "
+                             "registered game id")
+    parser.add_argument("--opponent", default="learner",
+                        help="learner | base | checkpoint:<adapter dir> | bot:<name> (default: learner)")
+    parser.add_argument("--checkpoint", type=str | None, default=None,
+                        help="Lightning .ckpt or peft adapter dir loaded as the learner")
+    parser.add_argument("--seat", type=int, default=0, help="your seat, 0-based (default 0: you move first)")
+    parser.add_argument("--seed", type=int | None, default=None, help="seed of the deal and of the opponents")
+
+
+def main(args: list[str], read: Callable[[str], str] = input,
+         write: Callable[[str], None] = print) -> dict[str, float] | None:
+    """Returns each seat's total reward, or None if the person quit."""
+    for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
+        logging.getLogger(name).setLevel(logging.WARNING)
+    args = list(args)
+    has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in args)
+    if not has_config:
+        game_id = _value_of("--game", args)
+        if not game_id:
+            fail(PROG, "give --config or --game")
+        args.append(f"--data.games=[{{\"id\": \"{game_id}\"}}]")
+    ours, module, datamodule = parse_command(PROG, __doc__, add_flags, args)
+    spec = parse_policy(ours.opponent)
+    try:
+        require_bot(spec, "--opponent")
+    except ValueError as exc:
+        fail(PROG, str(exc))
+    game = _pick_game(datamodule.settings.games, ours.game)
+    env = game.make_env()
+    seats = env.possible_agents
+    if not 0 <= ours.seat < len(seats):
+        fail(PROG, f"--seat {ours.seat}: {game.name} has seats 0..{len(seats) - 1}")
+    human = seats[ours.seat]
+    worker = None
+    engine = datamodule.build_engine(module)
+    if spec.kind is not PolicyKind.BOT:
+        if ours.checkpoint:
+            try:
+                module.load_policy_weights(ours.checkpoint)
+            except ValueError as exc:
+                hint = "" if has_config else "; pass the --config the checkpoint was trained with"
+                fail(PROG, f"{exc}{hint}")
+        worker = engine.worker
+    policies: dict[str, Any] = {human: HumanPlayer(read, write)}
+    for agent, player in opponent_players(game, human, ours.opponent, worker, engine.eval_sampling(),
+                                          ours.seed).items():
+        policies[agent] = announced(player, agent, write)
+    against = ours.opponent
+    if spec.kind is PolicyKind.LEARNER:
+        against = ours.checkpoint or "the untrained policy (no --checkpoint: expect invalid moves)"
+    example = (game.info.moves[0] if game.info is not None and game.info.moves else "[4]")
+    write(f"{game.name}: you are {human} (seat {ours.seat}) against {against}. "
+          f"Type a move, e.g. {example} (or {example.strip('[]')}); quit to leave.")
+    try:
+        totals = play(env, policies, seed=ours.seed)
+    except PlayerQuit:
+        write("\nYou left the game.")
+        return None
+    write("\n" + env.observe(human)["text"])
+    write(format_result(totals))
+    return totals
+
+
+def _value_of(flag: str, args: list[str]) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _pick_game(games, wanted: str | None):
+    if wanted is None:
+        return games[0]
+    for game in games:
+        if wanted in (game.id, game.name):
+            return game
+    fail(PROG, f"--game {wanted}: not among the config's games "
+                     f"({', '.join(g.name for g in games)})")

@@ -1,0 +1,323 @@
+"""The engine: what a run plays with, built once from the config's ``data`` block and the policy.
+
+A run has four Lightning-facing objects: the module (the policy and its loss), the DataModule
+(the batches), validation and the league callback, and the ``sp-lightning`` commands use the
+same parts outside a Trainer. All of them play with the same things: a rollout worker serving
+the policy, an arena that plays episodes with it, sampling and retry settings, credit, the
+episode source and its opponent sampler, evaluation settings, the episode log, the remote
+models, and (under asynchronous collection) the producer thread. :class:`Engine` holds them.
+
+- :class:`EngineSettings` is the ``data`` block, checked when the config is read (no env is
+  built, nothing is written): the DataModule makes it from its arguments.
+- :class:`Engine` is built from it once per run, at setup, when the module's model exists
+  (``SelfPlayDataModule.setup``, or ``build_engine`` for the commands that run without a
+  Trainer). Every part gets what it needs in its constructor; nothing is assigned afterwards.
+- The module, validation, the league callback and the CLI commands reach it through one
+  accessor: ``datamodule.engine`` (``sp_lightning.data.engine_of(trainer)``).
+
+What a batch is: :meth:`Engine.next_batch` plays batch ``i`` from the stream ``(seed, rank, i)``
+(so a resumed run plays the unbroken run's games), with the online evaluation games of batch
+``i`` alongside, or takes it from the producer thread's queue when collection is asynchronous.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs import make_bots
+from sp_lightning import rng as rng_streams
+from sp_lightning.arena import Arena
+from sp_lightning.async_rollouts import AsyncCollector, AsyncRolloutSettings
+from sp_lightning.batch import Batch
+from sp_lightning.credit import GRPO, CreditAssigner
+from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
+from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
+from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
+from sp_lightning.league.settings import LeagueSettings
+from sp_lightning.rng import seeded_rng
+from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
+from sp_lightning.rollout.remote import RemoteModel
+from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
+
+log = logging.getLogger(__name__)
+
+RolloutFactory = Callable[[Any, Any], RolloutWorker]
+"""A rollout backend class with its settings; LightningCLI leaves (model, tokenizer) to the engine."""
+ArenaFactory = Callable[[], Arena]
+"""An arena class with its own settings (``max_concurrent``, a subclass's): LightningCLI makes it
+a partial of every constructor argument, and the engine calls it with the run's worker, sampling,
+bots, credit... as keywords (so no parameter is taken positionally, whatever a subclass's order)."""
+
+
+@dataclass
+class EvalSettings:
+    """Evaluation against a fixed opponent, run as Lightning validation."""
+
+    games: int = 200
+    """Games per game id, split evenly over the seats."""
+    opponent: str = "bot:random"
+    temperature: float | None = None
+    """Sampling temperature for evaluation; null uses the training sampling's."""
+    invalid_move: str | None = "forfeit"
+    """Invalid-move policy in evaluation games (null keeps each game's own)."""
+    seed: int = 12345
+    """Seed of the evaluation games (deals, bots, sampling). Report final results on other seeds."""
+    exploitability: bool = False
+    """Also compute the policy's exploitability, for games that have it (Kuhn Poker)."""
+    online_games: int = 0
+    """Evaluation games against ``opponent`` played inside every training batch, per game (rounded
+    down to a multiple of its seats), alongside the training games and with the same weights.
+    They give no training records and are logged as ``online_eval/<game>/...`` (see
+    sp_lightning.evaluation.online). 0 turns them off."""
+
+    def __post_init__(self):
+        if not isinstance(self.online_games, int) or self.online_games < 0:
+            raise ValueError(f"data.eval.online_games: expected an int >= 0, got {self.online_games!r}")
+
+    def env_overrides(self) -> dict[str, Any]:
+        """Env settings of evaluation games: the eval invalid-move policy, if one is set."""
+        return {"invalid_move": self.invalid_move} if self.invalid_move else {}
+
+    def sampling(self, training: SamplingSettings) -> SamplingSettings:
+        """The training sampling, at the evaluation temperature if one is set."""
+        if self.temperature is None:
+            return training
+        return dataclasses.replace(training, temperature=self.temperature)
+
+
+@dataclass
+class EngineSettings:
+    """The ``data`` block as the engine reads it (see ``SelfPlayDataModule`` for each key)."""
+
+    games: list[GameSettings]
+    episodes_per_batch: int
+    sampling: SamplingSettings
+    credit: CreditAssigner
+    eval: EvalSettings
+    seed: int
+    opponents: OpponentSampler
+    source: EpisodeSource
+    rollout: RolloutFactory
+    arena: ArenaFactory
+    retry: RetrySettings
+    remote_models: dict[str, RemoteModel] = field(default_factory=dict)
+    episode_log: EpisodeLogSettings = field(default_factory=EpisodeLogSettings)
+    async_rollouts: AsyncRolloutSettings = field(default_factory=AsyncRolloutSettings)
+    league: LeagueSettings | None = None
+
+
+def check_moves_fit(games: list[GameSettings], tokenizer, max_new_tokens: int) -> None:
+    """Refuse, before any game is played, a run whose answers cannot hold a move: a game's move
+    takes more tokens under this tokenizer than ``max_new_tokens`` lets the policy write. With the
+    tiny model that means the game's moves were not made single tokens (``policy.tiny.games``);
+    every answer would be an invalid move and the run would learn nothing, silently."""
+    for index, game in enumerate(games):
+        moves = game.info.moves if game.info is not None else ()
+        if not moves:
+            continue
+        lengths = {move: len(tokenizer.encode(move, add_special_tokens=False)) for move in moves}
+        longest = max(lengths, key=lengths.get)
+        if lengths[longest] > max_new_tokens:
+            raise ValueError(
+                f"data.sampling.max_new_tokens: {max_new_tokens} token(s) cannot hold move {longest!r} of "
+                f"data.games[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
+                f"max_new_tokens, or with model: tiny add {game.id!r} to model.policy.tiny.games so that its "
+                f"moves are single tokens"
+            )
+
+
+def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: bool) -> None:
+    """Refuse, before anything is played, a run that asks its backend for what it cannot do,
+    naming both config keys."""
+    backend = type(worker).__name__
+    if fit and not worker.trains:
+        raise ValueError(f"data.rollout: {backend} answers with text only (no token ids or logprobs), so "
+                         f"nothing it plays can train; use it with `sp-lightning rollout` or `evaluate`, and "
+                         f"a local backend (HFRolloutWorker) for fit")
+    if fit and settings.async_rollouts.enabled and not worker.supports_async:
+        raise ValueError(
+            f"data.async_rollouts.enabled: {backend} generates with the trainer's own model object, which "
+            f"the optimizer changes under a generation in flight; give it a copy of its own "
+            f"(data.rollout.init_args.own_copy: true for HFRolloutWorker), use an engine with its own "
+            f"weights (sp_lightning.rollout.VLLMRolloutWorker or ServerRolloutWorker), or set enabled: false")
+    if settings.eval.exploitability and not worker.scores_completions:
+        raise ValueError(f"data.eval.exploitability: data.rollout {backend} cannot score a policy's moves; "
+                         f"turn it off or use HFRolloutWorker / VLLMRolloutWorker")
+    league = settings.league
+    if league is not None and league.exploitability_every and not worker.scores_completions:
+        raise ValueError(f"data.league.exploitability_every: data.rollout {backend} cannot score a policy's "
+                         f"moves; set it to 0 or use HFRolloutWorker / VLLMRolloutWorker")
+    if league is not None and not worker.serves_checkpoints:
+        raise ValueError(f"data.league: the league plays past checkpoints, which data.rollout {backend} cannot "
+                         f"serve here (checkpoints need a LoRA policy: model.policy.lora)")
+
+
+class Engine:
+    """What a run plays with (see the module docstring). Built by ``SelfPlayDataModule``.
+
+    Args:
+        settings: The ``data`` block.
+        model: The policy the worker serves (the module's model).
+        tokenizer: Its tokenizer.
+        rank: This process's data-parallel rank (its games' streams; the episode log is rank 0's).
+        update_epochs: Optimizer steps per batch (``model.update_epochs``), for the async lag bound.
+        fit: Whether the engine serves a fit (asynchronous collection, the trainable-backend check).
+    """
+
+    def __init__(self, settings: EngineSettings, model, tokenizer, *, rank: int = 0, update_epochs: int = 1,
+                 fit: bool = False):
+        for index, game in enumerate(settings.games):
+            game.check(f"data.games[{index}]")
+        check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
+        backend = settings.rollout(model, tokenizer)
+        check_capabilities(backend, settings, fit)
+        self.settings = settings
+        self.games = settings.games
+        self.sampling = settings.sampling
+        self.eval = settings.eval
+        self.remotes = settings.remote_models
+        self.opponents = settings.opponents
+        self.source = settings.source
+        self.credit = settings.credit
+        self.seed = settings.seed
+        self.rank = rank
+        self.collector = (AsyncCollector(backend, settings.async_rollouts, self.play_next_batch, update_epochs)
+                          if fit and settings.async_rollouts.enabled else None)
+        self.worker: RolloutWorker = self.collector.worker if self.collector is not None else backend
+        self.online = (OnlineEvaluation(settings.games, settings.eval.opponent, settings.eval.online_games,
+                                        settings.eval.seed, settings.eval.env_overrides())
+                       if settings.eval.online_games else None)
+        episode_log = (EpisodeLog(settings.episode_log, tokenizer=tokenizer)
+                       if settings.episode_log.path is not None and rank == 0 else None)
+        self.arena: Arena = settings.arena(
+            worker=self.worker, sampling=settings.sampling, retry=settings.retry,
+            bots={**make_bots(settings.seed), **settings.source.bots(settings.seed)},
+            remotes=settings.remote_models, credit=settings.credit, episodes_per_batch=settings.episodes_per_batch,
+            seed=settings.seed, source=settings.source, episode_log=episode_log,
+        )
+
+    # ---- batches ----------------------------------------------------------------------------
+    def next_batch(self) -> Batch:
+        """The next training batch: played now, or (asynchronous collection) the producer's next,
+        its records beyond the lag bound dropped."""
+        if self.collector is not None:
+            return self.collector.next_batch(trainer_version=self.worker.policy_version)
+        return self.play_next_batch()
+
+    def play_next_batch(self) -> Batch:
+        """Batch ``arena.steps_done`` played from its own stream ``(seed, rank, index)``, with
+        that batch's online evaluation games alongside (their figures join its metrics)."""
+        index = self.arena.steps_done
+        matches = self.online.matches(index) if self.online is not None else []
+        batch = self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
+                                side_episodes=[request for match in matches for request in match.requests()])
+        if matches:
+            batch.metrics.update(online_metrics(matches, batch.side_rollouts))
+        return batch
+
+    @property
+    def batches_played(self) -> int:
+        """Training batches played so far (the arena's count; a resumed run continues it)."""
+        return self.arena.steps_done
+
+    def update_overlap(self) -> AbstractContextManager:
+        """The context the trainer's update runs in: under asynchronous collection the producer
+        plays the next batches meanwhile; otherwise nothing happens beside it."""
+        return self.collector.baton.lent() if self.collector is not None else nullcontext()
+
+    # ---- evaluation -------------------------------------------------------------------------
+    def eval_sampling(self) -> SamplingSettings:
+        """The sampling of evaluation games: the training sampling at the eval temperature."""
+        return self.eval.sampling(self.sampling)
+
+    def validate(self, game: GameSettings, prefix: str) -> tuple[dict[str, float], str]:
+        """The learner against the evaluation opponent in ``game`` (``data.eval``), and its
+        exploitability where asked and the game has it: the metrics under ``prefix`` and a line
+        that says them."""
+        from sp_lightning.evaluation.matches import evaluate
+        from sp_lightning.evaluation.strategy import exploitability_metrics
+
+        result = evaluate(self.worker, game, opponent=self.eval.opponent, sampling=self.eval_sampling(),
+                          games_per_seat=max(1, self.eval.games // len(game.agents)), seed=self.eval.seed,
+                          env_overrides=self.eval.env_overrides(), remotes=self.remotes)
+        metrics = result.as_metrics(prefix)
+        line = f"{game.name} vs {self.eval.opponent}: {result.summary()}"
+        if self.eval.exploitability:
+            exploit_metrics, exploit = exploitability_metrics(self.worker, game, prefix)
+            metrics.update(exploit_metrics)
+            if exploit is not None:
+                line += f"; exploitability {exploit.exploitability:.4f} (legal mass {exploit.legal_mass_mean:.3f})"
+        return metrics, line
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Before the first batch (the arena's ``on_startup``)."""
+        self.arena.on_startup()
+
+    def on_train_start(self) -> None:
+        self.arena.on_train_start()
+
+    def on_train_end(self) -> None:
+        self.arena.on_train_end()
+
+    def close(self) -> None:
+        """Stop the producer (if any) before the worker, then the arena's ``on_shutdown`` (the
+        worker, remote connections, the episode log). Each reopens on demand."""
+        if self.collector is not None and not self.collector.stop():
+            log.error("asynchronous rollouts: the producer thread is still inside a worker call after 120 s; "
+                      "the worker is left open rather than closed under it")
+            return
+        self.arena.on_shutdown()
+
+    # ---- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """The schedule, the opponent sampler's and the source's statistics, credit baselines,
+        the bots' own random streams and the arena's stores: what a resumed run continues from."""
+        bots = {name: rng_streams.object_state(bot) for name, bot in self.arena.bots.items()}
+        return {"batches_played": self.batches_played, "opponents": self.opponents.state_dict(),
+                "source": self.source.state_dict(), "credit": self.credit.state_dict(),
+                "bot_rngs": {name: s for name, s in bots.items() if s is not None},
+                "arena": self.arena.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if "credit" in state:
+            self.credit.load_state_dict(state["credit"])
+        if "opponents" in state:
+            self.opponents.load_state_dict(state["opponents"])
+        if "source" in state:
+            self.source.load_state_dict(state["source"])
+        for name, bot_state in state.get("bot_rngs", {}).items():
+            if name in self.arena.bots:
+                rng_streams.set_object_state(self.arena.bots[name], bot_state)
+        if "arena" in state:
+            self.arena.load_state_dict(state["arena"])
+
+
+def engine_of(trainer) -> Engine:
+    """The engine of ``trainer``'s run (its DataModule's ``engine``): the one accessor the
+    module, validation and the callbacks use."""
+    owner = getattr(trainer, "datamodule", None)
+    engine = getattr(owner, "engine", None)
+    if not isinstance(engine, Engine):
+        raise TypeError(f"expected the Trainer's datamodule to be a SelfPlayDataModule with an engine, got "
+                        f"{type(owner).__name__}")
+    return engine
+
+
+def default_source(games: list[GameSettings], opponents: OpponentSampler | None,
+                   episodes: EpisodeSource | None) -> EpisodeSource:
+    """What each batch plays: ``data.episodes``, else the games' mix with seats from the
+    opponent sampler, else nothing (the arena must say: registered episodes or its own get_batch)."""
+    if episodes is not None:
+        return episodes
+    if games:
+        return GameMix(games, opponents if opponents is not None else FixedMix())
+    return NoEpisodes()
+
+
+DEFAULTS = {"rollout": HFRolloutWorker, "arena": Arena, "credit": GRPO}

@@ -1,0 +1,132 @@
+"""``data.league``: a league in one block of config.
+
+The block installs both halves of league play: the opponent sampler that seats every training
+game by matchmaking (``sp_lightning.league.sampler.LeagueSampler``) and the callback that keeps
+the league on disk, promotes checkpoints, rates matches and runs the background evaluator
+(``sp_lightning.league.callbacks.LeagueCallback``). Its settings are plain data, checked when the
+config is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sp_lightning.league.matchmaking import MatchmakingSettings
+
+DEFAULT_BASELINES = ["base_model", "random_bot", "chaos_bot"]
+"""The default baselines: they play every game."""
+
+
+def baseline_policy(agent_id: str) -> str:
+    """The policy spec of a baseline id: ``base_model`` (the adapter off), or ``<name>_bot`` for
+    ``bot:<name>``."""
+    from envs import BOTS
+
+    if agent_id == "base_model":
+        return "base"
+    if agent_id.endswith("_bot") and agent_id.removesuffix("_bot") in BOTS:
+        return f"bot:{agent_id.removesuffix('_bot')}"
+    known = ["base_model"] + sorted(f"{b}_bot" for b in BOTS)
+    raise ValueError(f"data.league.baselines: expected ids among {known}, got {agent_id!r}")
+
+
+@dataclass
+class CheckpointSchedule:
+    """When the learner becomes a league checkpoint."""
+
+    recent_every: int = 10
+    """Promote every this many steps; these 'recent' checkpoints stay while inside the window."""
+    recent_window: int = 100
+    """A recent checkpoint leaves the league once it is this many steps old (unless anchor/elite)."""
+    anchor_every: int = 100
+    """Promote every this many steps, kept forever (anchors)."""
+    elite: bool = True
+    """Also keep forever a checkpoint whose learner rating (TrueSkill mu) is a new best by elite_margin."""
+    elite_margin: float = 1.0
+    """How far (in TrueSkill mu) above the best so far a rating must be to count as a new best."""
+
+    def __post_init__(self):
+        for name in ("recent_every", "recent_window", "anchor_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"data.league.schedule.{name}: expected >= 1, got {getattr(self, name)}")
+
+    def tags(self, step: int, new_best: bool) -> list[str]:
+        tags = []
+        if step % self.recent_every == 0:
+            tags.append("recent")
+        if step % self.anchor_every == 0:
+            tags.append("anchor")
+        if self.elite and new_best and step % self.recent_every == 0:
+            tags.append("elite")
+        return tags
+
+    def keeps(self, agent_step: int, tags: list[str], now: int) -> bool:
+        return "anchor" in tags or "elite" in tags or now - agent_step < self.recent_window
+
+
+@dataclass
+class EvaluatorSettings:
+    """The background tournament of the newest checkpoint against gatekeepers."""
+
+    every: int = 50
+    """Start a tournament every this many steps (0 disables the evaluator)."""
+    games_per_seat: int = 50
+    """Games per seat against each gatekeeper."""
+    gatekeepers: list[str] = field(default_factory=lambda: ["random_bot", "best", "recent"])
+    """League ids, or 'best' (the best-rated checkpoint) and 'recent' (the previous checkpoint)."""
+    threads: int = 1
+    """Torch threads of the evaluator process."""
+    seed: int = 99_000
+
+
+@dataclass
+class LeagueSettings:
+    """League play: who the learner plays, when it joins the league, how the league is rated.
+
+    Example (Kuhn Poker)::
+
+        data:
+          league:
+            dir: runs/kuhn_poker_league_tiny/league
+            schedule: {recent_every: 10, recent_window: 100, anchor_every: 100}
+            evaluator: {every: 50, games_per_seat: 100}
+            exploitability_every: 25
+            games_per_match: 20
+    """
+
+    dir: str
+    """Where the league lives: league.json, adapters/, evaluations/."""
+    schedule: CheckpointSchedule = field(default_factory=CheckpointSchedule)
+    """When the learner is promoted to a checkpoint, and how long checkpoints stay."""
+    evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
+    """The background tournament (every N steps, gatekeepers, games)."""
+    matchmaking: MatchmakingSettings = field(default_factory=MatchmakingSettings)
+    """Who the learner plays (PFSP by default; see sp_lightning.league.matchmaking)."""
+    baselines: list[str] | None = None
+    """Baseline members of the league, by id: base_model, random_bot, chaos_bot, or
+    ``<name>_bot`` for any other bot (``bot:<name>``, e.g. tictactoe_tactical_bot). Null:
+    base_model, random_bot, chaos_bot (they play every game)."""
+    exploitability_every: int = 0
+    """Log the learner's and the league mixture's exploitability every this many steps, for
+    games that have it (Kuhn Poker); 0 disables it."""
+    games_per_match: int = 1
+    """Games of the same agents pooled into one rated match, scored by total payoff. 1 rates
+    every game, right for win/draw/loss games; poker needs blocks of hands so that ratings follow
+    chips won, not hands won."""
+    max_distinct_opponents: int | None = None
+    """At most this many distinct opponents in one game of more than two seats (cluster
+    sampling); null leaves every seat free."""
+    win_rate_decay: float = 0.95
+    """Decay of the learner's moving win-rate estimate against each opponent (what PFSP weighs)."""
+    coverage_ngrams: tuple[int, ...] = (1, 2)
+    """The n of the n-gram coverage statistics of each agent's moves."""
+
+    def __post_init__(self):
+        for entry in self.baselines or []:
+            baseline_policy(entry)  # a bad name fails here, before any game is played
+        if not 0 <= self.win_rate_decay < 1:
+            raise ValueError(f"data.league.win_rate_decay: expected in [0, 1), got {self.win_rate_decay}")
+        if self.exploitability_every < 0:
+            raise ValueError(f"data.league.exploitability_every: expected >= 0, got {self.exploitability_every}")
+        if self.games_per_match < 1:
+            raise ValueError(f"data.league.games_per_match: expected >= 1, got {self.games_per_match}")

@@ -1,0 +1,103 @@
+"""The Lightning Trainer as ``sp-lightning fit`` builds it, for the CLI, notebooks and scripts.
+
+Defaults where a config is silent (one optimizer step per batch of games, validation every 50
+steps), checkpoint files that a kill cannot corrupt, TensorBoard charts and decoded games, and
+this engine's progress view. :func:`make_trainer` is the Python form of ``fit``'s ``trainer:``
+block.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+KNOWN_WARNINGS = (
+    # training_step(dataloader_iter) is flagged as experimental; it is what keeps training on-policy
+    ".*Found `dataloader_iter` argument.*",
+    ".*You are using the `dataloader_iter` step flavor.*",
+    ".*does not have many workers.*",
+    ".*Your `IterableDataset` has `__len__` defined.*",
+    # a checkpoint every N steps holds the weights after that step's update: what a resume needs
+    ".*Using ModelCheckpoint with manual optimization.*",
+)
+"""Lightning warnings about choices this engine makes on purpose."""
+
+
+def quiet_known_warnings() -> None:
+    """Silence :data:`KNOWN_WARNINGS` (called by the commands and :func:`make_trainer`)."""
+    for message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
+
+
+def default_precision() -> str:
+    """bf16 autocast where the hardware has it (a CUDA GPU with bf16), full precision elsewhere."""
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+def trainer_defaults() -> dict:
+    """The Trainer settings ``sp-lightning fit`` uses where a config is silent: one optimizer step
+    per batch of games, validation every 50 steps (not per epoch: the stream has none), no sanity
+    validation, every step logged."""
+    return {
+        "precision": default_precision(),
+        "max_steps": 100,
+        "check_val_every_n_epoch": None,
+        "val_check_interval": 50,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": 1,
+        "accelerator": "auto",
+        "devices": 1,
+    }
+
+
+def make_trainer(**kwargs):
+    """A ``lightning.Trainer`` as ``sp-lightning fit`` builds it, for notebooks and scripts:
+    :func:`trainer_defaults` under ``kwargs``, then :func:`finish_trainer`."""
+    import lightning as L
+
+    quiet_known_warnings()
+    return finish_trainer(L.Trainer(**with_default_progress_bar({**trainer_defaults(), **kwargs})))
+
+
+def finish_trainer(trainer):
+    """Checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io) unless the trainer
+    has its own checkpoint IO, and readable TensorBoard (sp_lightning.tensorboard)."""
+    from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+    from sp_lightning.checkpoint_io import AtomicCheckpointIO
+
+    if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+        trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+    add_tensorboard_games(trainer)
+    return trainer
+
+
+def with_default_progress_bar(trainer_kwargs: dict) -> dict:
+    """``trainer_kwargs`` with ``progress.default_progress_bar()`` among the callbacks, unless they
+    hold a progress bar of their own or the bar is switched off: Lightning adds its default bar
+    only when the callbacks have none, so one given here takes its place and one the config
+    chose stays."""
+    from lightning.pytorch.callbacks import ProgressBar
+
+    from sp_lightning.progress import default_progress_bar
+
+    callbacks = trainer_kwargs.get("callbacks") or []
+    callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    if trainer_kwargs.get("enable_progress_bar", True) is False or any(isinstance(c, ProgressBar) for c in callbacks):
+        return trainer_kwargs
+    return {**trainer_kwargs, "callbacks": [*callbacks, default_progress_bar()]}
+
+
+def add_tensorboard_games(trainer) -> None:
+    """With a TensorBoard logger, the chart layout and decoded games (sp_lightning.tensorboard),
+    unless the config added its own ``TensorBoardGames``."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from sp_lightning.tensorboard import TensorBoardGames
+
+    has_tensorboard = any(isinstance(logger, TensorBoardLogger) for logger in trainer.loggers)
+    if has_tensorboard and not any(isinstance(c, TensorBoardGames) for c in trainer.callbacks):
+        trainer.callbacks.append(TensorBoardGames())
