@@ -109,8 +109,8 @@ def compare(before: dict, after: dict, out=sys.stdout) -> bool:
         for line in differing[:40]:
             print(f"  {line}", file=out)
         if missing:
-            print(f"logged by one side only (not compared): {', '.join(missing)}", file=out)
-        same = same and not differing
+            print(f"logged by one side only: {', '.join(missing)}", file=out)
+        same = same and not differing and not missing
     print(f"\n{'UNCHANGED' if same else 'CHANGED'}", file=out)
     return same
 

@@ -18,6 +18,11 @@ neighbour hits both). Against raw unmerged generate the share includes the merge
 can pass 1); against raw merged generate it is the arena's own overhead alone. Turns/s counts
 model calls (one per learner move), tokens/s the generated tokens (one per turn here).
 
+As in training, the learner's weights change before every play (an optimizer step's worth of
+noise, in place): the worker must bring its merged copy up to date inside the arena's time,
+while raw merged generate replays on the copy as it was then (``--fixed_weights``: no change,
+the copy built once).
+
 The arena runs twice: with the worker's defaults (``merge_learner: null``, which merges for a
 model this small: learner-only calls served by a copy with the LoRA adapter merged into the
 weights), and with ``merge_learner: false`` (every call through the unmerged peft layers, the
@@ -66,13 +71,23 @@ def tiny_policy():
                                       lora=LoraSettings(r=16, alpha=32, trainable_tokens=["moves"])))
 
 
-def games_for(concurrency: int) -> int:
-    """Enough games that every lane plays a few (the lanes refill as games end)."""
-    return max(32, 2 * concurrency)
+def games_for(concurrency: int, fixed_weights: bool) -> int:
+    """A training batch (every game at once, one weight change per batch), or with fixed weights
+    enough games that every lane plays a few (the lanes refill as games end)."""
+    return max(32, 2 * concurrency) if fixed_weights else concurrency
 
 
 SAMPLING = SamplingSettings(max_new_tokens=1, temperature=1.0)
 GAME = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"}, opponents={"bot:random": 1.0})
+
+
+def take_a_step(model, seed: int) -> None:
+    """Change every trainable weight in place, as an optimizer step does (small noise)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn(p.shape, generator=generator) * 1e-3)
 
 
 def play_games(worker, games: int, concurrency: int, seed: int) -> float:
@@ -91,6 +106,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 64, 256])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--fixed_weights", action="store_true",
+                        help="no weight change between plays (the merged copy is built once per worker)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -101,12 +118,18 @@ def main() -> None:
           f"{'default':>7} {'share':>5} {'vs merged':>9} | {'unmerged':>8} {'share':>5}   (turns/s)")
     med = statistics.median
     for concurrency in args.concurrency:
-        games = games_for(concurrency)
+        games = games_for(concurrency, args.fixed_weights)
         rows = []  # per repeat: turns, then seconds of default, unmerged, raw unmerged, raw merged
+        worker = CallRecordingWorker(model, tokenizer, max_batch_size=256)
+        play_games(worker, 8, 8, 999)  # the merged copy exists: each repeat then refreshes it
         for repeat in range(args.repeats):
+            if not args.fixed_weights:
+                take_a_step(model, repeat)
             unmerged = play_games(CallRecordingWorker(model, tokenizer, max_batch_size=256, merge_learner=False),
                                   games, concurrency, repeat)
-            worker = CallRecordingWorker(model, tokenizer, max_batch_size=256)
+            worker.calls = []
+            if not args.fixed_weights:
+                take_a_step(model, 1000 + repeat)
             default = play_games(worker, games, concurrency, repeat)
             raw = raw_generate_seconds(model, tokenizer, worker.calls)
             raw_merged = raw_generate_seconds(worker._merged_learner(), tokenizer, worker.calls)

@@ -75,7 +75,7 @@ def main() -> None:
     module, dm = build_from_config("--config", args.config)
     if args.checkpoint:
         module.load_policy_weights(args.checkpoint)
-    (game,) = [g for g in dm.settings.games if g.id == "tictactoe_v1"]
+    (game,) = [g for g in dm.build_engine(module).games if g.id == "tictactoe_v1"]
     model, tokenizer = module.model.eval(), module.tokenizer
     move_ids = [tokenizer.convert_tokens_to_ids(f"[{i}]") for i in range(9)]
     counts = {"win taken": [0, 0], "block": [0, 0], "best vs random": [0, 0]}

@@ -43,6 +43,11 @@ The contract (kept by every game; usable with PettingZoo alone):
    chance in the game (deals) and the "random" policy; ``options`` is accepted and unused.
    ``render()`` is a spectator view (it may show private information): returned for
    ``render_mode="ansi"``, printed for ``"human"``.
+9. ``snapshot(seed)`` returns an independent copy of the env in its current state (the game so
+   far, whose turn it is, every info and counter), whose chance from then on draws from a new
+   stream seeded by ``seed``: play it on and the original is untouched. Continuations of a
+   position (per-decision credit) are played on snapshots. A wrapped game that cannot be copied
+   raises ``NotImplementedError`` naming the game.
 
 A game subclasses ``TextGameEnv``, sets ``game_info``, and implements ``_new_game`` (a
 rules object, see ``GameRules``), ``_view`` (the game part of an agent's observation) and
@@ -51,6 +56,7 @@ rules object, see ``GameRules``), ``_view`` (the game part of an agent's observa
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import logging
@@ -301,6 +307,15 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
 
     def close(self) -> None:
         pass
+
+    def snapshot(self, seed: int) -> TextGameEnv:
+        """An independent copy of this env as it stands, its chance reseeded with ``seed`` (see
+        the contract, item 9). The lazily built spaces are not copied: the copy builds its own."""
+        state = {k: v for k, v in self.__dict__.items() if k not in ("observation_spaces", "action_spaces")}
+        twin = object.__new__(type(self))
+        twin.__dict__.update(copy.deepcopy(state))
+        twin.np_random = np.random.default_rng(seed)
+        return twin
 
     # ---- helpers -----------------------------------------------------------------------
     def _game_over(self) -> bool:

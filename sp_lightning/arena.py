@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sp_lightning.batch import Batch, batch_summary, decoded_record, describe_rollout, rollout_metrics, to_records
 from sp_lightning.credit import GRPO, CreditAssigner
@@ -76,7 +76,7 @@ class Arena:
         self.source = source
         self.episode_log = episode_log
         self.scheduler = Scheduler(worker, self.sampling, retry or RetrySettings(), self.bots, self.remotes,
-                                   episode_log)
+                                   episode_log, self.credit.branching)
         self.roles: dict[str, Role] = {}
         self.episodes: dict[str, tuple[Episode, float]] = {}  # name -> (episode, weight)
         self.stores: dict[str, ArtifactStore] = {}
@@ -133,12 +133,13 @@ class Arena:
             self.source.observe(rollouts)
 
     # ---- playing ------------------------------------------------------------------------------
-    def play(self, episodes: Sequence[Episode], seeds: Sequence[int],
-             max_concurrent: int | None = None) -> list[Rollout]:
+    def play(self, episodes: Sequence[Episode], seeds: Sequence[int], max_concurrent: int | None = None,
+             trainable: Sequence[bool] | None = None) -> list[Rollout]:
         """Play every episode, concurrently (at most ``max_concurrent`` at once; default the
-        arena's); each is scored by its rubric as it ends (nested ones included)."""
+        arena's); each is scored by its rubric as it ends (nested ones included). ``trainable[i]``
+        False plays episode ``i`` as never trained on (default: all trainable)."""
         limit = max_concurrent if max_concurrent is not None else self.max_concurrent
-        rollouts, self.last_play = self.scheduler.play(episodes, seeds, limit)
+        rollouts, self.last_play = self.scheduler.play(episodes, seeds, limit, trainable)
         return rollouts
 
     def generate_rollouts(self, requests: Sequence[EpisodeRequest],
@@ -167,26 +168,32 @@ class Arena:
         return Batch(records=records, rollouts=rollouts, metrics=metrics)
 
     def step(self, rng: random.Random | None = None, size: int | None = None,
-             side_episodes: Sequence[EpisodeRequest] = ()) -> Batch:
+             side_episodes: Sequence[EpisodeRequest] = (),
+             side_metrics: Callable[[list[Rollout]], dict[str, float]] | None = None) -> Batch:
         """One batch, the arena's one entry point for it: ``get_batch`` (from ``rng``, default
         batch ``steps_done``'s own stream), played, credited and built, then shown to ``observe``.
 
         ``side_episodes`` are played in the same run (their model calls share the batch's
-        generate calls) and returned as ``batch.side_rollouts``: they give no records, and
-        neither credit nor ``observe`` sees them (the engine's online evaluation games)."""
+        generate calls), as never trained on, and returned as ``batch.side_rollouts``: they give
+        no records, and neither credit nor ``observe`` sees them (the engine's online evaluation
+        games); ``side_metrics`` of them join the batch's metrics."""
         rng = rng if rng is not None else seeded_rng(self.seed, 0, self.steps_done)
         if self.episode_log is not None:
-            self.episode_log.batch_index = self.steps_done  # the events of this batch carry its index
+            self.episode_log.start_batch(self.steps_done)
         requests = [*self.get_batch(rng, size or self.episodes_per_batch)]
         start = time.perf_counter()
         worker = self.worker
         tokens_before = worker.generated_tokens if worker is not None else 0
         loads_before = worker.adapter_load_seconds if worker is not None else 0.0
-        played = self.generate_rollouts([*requests, *side_episodes])
+        everything = [*requests, *side_episodes]
+        played = self.play([r.episode for r in everything], [r.seed for r in everything],
+                           trainable=[True] * len(requests) + [False] * len(side_episodes))
         elapsed = time.perf_counter() - start
         batch = self.build_training_batch(played[:len(requests)])
         batch.side_rollouts = played[len(requests):]
         batch.metrics.update(self._play_metrics(elapsed, tokens_before, loads_before))
+        if side_metrics is not None:
+            batch.metrics.update(side_metrics(batch.side_rollouts))
         self.observe(batch.rollouts)
         if self.episode_log is not None:
             self.episode_log.batch(batch)
@@ -211,18 +218,20 @@ class Arena:
                                                    if worker is not None else 0.0)
         return metrics
 
-    def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:
+    def run(self, steps: int, show: int = 0, out=None,
+            play_batch: Callable[[], Batch] | None = None) -> list[dict[str, float]]:
         """``steps`` batches without training (a rollout-only run: any backend, remote models
         included), between ``on_startup`` and ``on_shutdown``; prints each batch's summary and
         ``show`` of its episodes and records (decoded when the worker has a tokenizer) to
-        ``out``. Returns every batch's metrics."""
+        ``out``. ``play_batch`` plays each batch (default ``step()``; a run's engine passes its
+        own, with the online evaluation games alongside). Returns every batch's metrics."""
         out = out or sys.stdout
         history = []
         self.on_startup()
         try:
             for _ in range(steps):
                 index = self.steps_done
-                batch = self.step()
+                batch = play_batch() if play_batch is not None else self.step()
                 history.append(batch.metrics)
                 print(f"batch {index}: {batch_summary(batch)}", file=out, flush=True)
                 if show:

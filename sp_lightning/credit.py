@@ -20,6 +20,10 @@ Assigners:
 - :class:`RAE`: role-conditioned advantage estimation with a per-(episode, role) moving-average
   baseline (SPIRAL, Liu et al. 2025), for self-play where a role's reward is not symmetric;
   ``by_opponent=True`` also splits it by who sat in the other seats (league play).
+- :class:`ContinuationCredit`: per-decision credit from branched continuations (VinePPO,
+  Kazemnejad et al. 2024, for games with several seats): at each trainable decision the game is
+  copied and played on ``continuations`` times by the same seats' policies, and the decision's
+  advantage is the Monte Carlo Q of the move minus the V of the position.
 - :class:`EpisodicRewardCredit`: the return itself, no baseline (REINFORCE).
 - :class:`Constant`: one fixed weight for every trainable step (behaviour cloning of the
   policy's own games, e.g. after filtering them).
@@ -48,6 +52,14 @@ Where this departs from the papers:
    to every move; with ``g < 1`` the move that wins at once earns more than one that lets the
    game go on, and a move that puts off a loss (a block) earns more than one that loses at
    once: the incentive a player against a weak opponent otherwise hardly feels.
+7. ``ContinuationCredit`` departs from VinePPO (single-agent, deterministic steps) where games
+   need it: the other seats move between two of the learner's decisions, so Q of a move is
+   estimated by continuations from the position right after it (the opponents' replies are
+   averaged, not taken from the one game played), and V by continuations from the position
+   before it; hidden information and future chance are the real game's as of the copy (each
+   copy draws new chance from its own seed), which keeps Q - V an unbiased advantage of the
+   move. A return counts the role's own later step rewards too (penalties), each discounted by
+   the role's moves between the decision and it.
 """
 
 from __future__ import annotations
@@ -55,6 +67,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
@@ -101,6 +114,8 @@ class CreditAssigner:
 
     last_stats: dict[str, float] = {}
     """The last batch's statistics for logging; ``compute`` assigns a new dict (never mutate this one)."""
+    branching: Branching | None = None
+    """What game episodes must play for this assigner at each trainable decision (None: nothing)."""
 
     def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
         """``{(rollout_id, step_index): advantage}`` for every trainable step of the batch."""
@@ -296,6 +311,127 @@ def opponents_of(rollout: Rollout, role: str) -> str:
         if seat != role
     )
     return ",".join(names) or "none"
+
+
+@dataclass(frozen=True)
+class Branching:
+    """What a credit assigner asks of a game episode at each trainable decision: ``continuations``
+    copies of the game played on from the position before the move (for V) and, with
+    ``after``, as many from the position after it (for Q); ``decisions`` is the share of
+    trainable decisions that get them (drawn per decision from the episode's own stream).
+    ``GameEpisode`` reads it from its context (``ctx.branching``)."""
+
+    continuations: int
+    decisions: float = 1.0
+    after: bool = True
+    discount: float = 1.0
+    """Of the returns the continuations report (:func:`continuation_return`)."""
+
+
+def continuation_return(rollout: Rollout, role: str, discount: float = 1.0, from_decision: bool = True) -> float:
+    """What a continuation gave ``role``: with ``from_decision`` its first move is the decision's
+    own move and counts in full; every later move's step reward and the outcome
+    (``rollout.rewards[role]``) are discounted by ``discount`` per own move between the decision
+    and them. From the position after the decision (``from_decision=False``), every own move of
+    the continuation is a later one."""
+    steps = rollout.steps_of(role)
+    value = float(steps[0].reward) if from_decision and steps else 0.0
+    later = steps[1:] if from_decision else steps
+    for k, step in enumerate(later, start=1):
+        value += discount ** k * float(step.reward)
+    return value + discount ** len(later) * float(rollout.rewards.get(role, 0.0))
+
+
+class ContinuationCredit(CreditAssigner):
+    """Per-decision credit from branched continuations (VinePPO for games with several seats).
+
+    At each trainable decision of a game (the learner to move, in an episode that trains) the
+    episode copies the game (``env.snapshot``) and plays ``continuations`` continuations from the
+    position before the move and as many from the position after it, with the same seats'
+    policies, as non-trainable sub-episodes whose model calls share the generate calls of
+    everything in flight. Then, with ``G`` a continuation's return (:func:`continuation_return`):
+
+    - ``estimator="q_minus_v"``: ``A = r + mean G(after) - mean G(before)``, ``r`` the move's own
+      step reward; a move that ends the game uses the game's own outcome for Q;
+    - ``estimator="td"``: continuations before each move only (half the cost):
+      ``A = r + discount * V(the role's next decision) - V(before)``, the real game's return
+      where there is no next decision with continuations.
+
+    Decisions without continuations (``decisions`` < 1, or an episode that cannot branch) get
+    RAE's advantage (``R - b[episode, role]``, with ``decay`` and ``discount``).
+
+    Args:
+        continuations: K, the continuations per position.
+        discount: Per own move, on later step rewards and the outcome (1: undiscounted).
+        decisions: The share of trainable decisions that get continuations.
+        estimator: ``q_minus_v`` or ``td``.
+        decay: The fallback RAE baseline's decay.
+    """
+
+    ESTIMATORS = ("q_minus_v", "td")
+
+    def __init__(self, continuations: int = 4, discount: float = 1.0, decisions: float = 1.0,
+                 estimator: str = "q_minus_v", decay: float = 0.95) -> None:
+        if not isinstance(continuations, int) or continuations < 1:
+            raise ValueError(f"credit.continuations: expected an int >= 1, got {continuations!r}")
+        if not 0.0 < decisions <= 1.0:
+            raise ValueError(f"credit.decisions: expected a share in (0, 1], got {decisions!r}")
+        if estimator not in self.ESTIMATORS:
+            raise ValueError(f"credit.estimator: expected one of {self.ESTIMATORS}, got {estimator!r}")
+        self.fallback = RAE(decay=decay, discount=discount)
+        self.discount = discount
+        self.estimator = estimator
+        self.branching = Branching(continuations, decisions, after=estimator == "q_minus_v", discount=discount)
+        self.last_stats: dict[str, float] = {}
+
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        advantages = self.fallback.compute(rollouts)  # every trainable step; replaced where branched
+        branched, spreads = 0, []
+        for _, items in groupby(trainable_steps(rollouts), key=lambda item: item[0][0]):
+            items = list(items)
+            rollout = items[0][1]
+            for position, (key, _, step) in enumerate(items):
+                values = step.info.get(CONTINUATIONS)
+                if values is None:
+                    continue
+                before = values["before"]
+                v = sum(before) / len(before)
+                if self.estimator == "q_minus_v":
+                    after = values["after"]
+                    q = (sum(after) / len(after) if after else float(rollout.rewards[step.role]))
+                else:
+                    q = self._next_value(rollout, items[position + 1:], step.role)
+                advantages[key] = float(step.reward) + q - v
+                branched += 1
+                spreads.append(_mean_std(before)[1])
+        self.last_stats = {**_advantage_stats(list(advantages.values())),
+                           "branched_fraction": branched / max(len(advantages), 1),
+                           "continuation_return_std": sum(spreads) / max(len(spreads), 1)}
+        return advantages
+
+    def _next_value(self, rollout: Rollout, later: list, role: str) -> float:
+        """td's discounted value of the role's next decision: its continuations' mean, or the
+        real game's return from there when it had none (none left: the outcome)."""
+        following = [step for _, _, step in later if step.role == role]
+        if not following:
+            return float(rollout.rewards[role])
+        values = following[0].info.get(CONTINUATIONS)
+        if values is not None:
+            return self.discount * sum(values["before"]) / len(values["before"])
+        steps = rollout.steps_of(role)
+        start = next(i for i, step in enumerate(steps) if step is following[0])
+        tail = Rollout(rollout.episode, steps=steps[start:], rewards=rollout.rewards)
+        return self.discount * continuation_return(tail, role, self.discount)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.fallback.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.fallback.load_state_dict(state)
+
+
+CONTINUATIONS = "continuations"
+"""``step.info`` key of a branched decision: ``{"before": [G, ...], "after": [G, ...] or None}``."""
 
 
 class EpisodicRewardCredit(CreditAssigner):

@@ -217,6 +217,14 @@ def _refuse_overridden_settings(games: list[GameSettings], opponents, league, ep
     if episodes is not None and league is not None:
         raise ValueError("data.league and data.episodes: a league seats the learner in data.games; remove "
                          "data.episodes (or data.league)")
+    if episodes is not None:
+        for index, game in enumerate(games):
+            if game.opponents is not None:
+                raise ValueError(f"data.games[{index}].opponents and data.episodes: an episode source chooses its "
+                                 f"own seats; remove data.games[{index}].opponents")
+    if isinstance(opponents, LeagueSampler):
+        raise ValueError("data.opponents: a LeagueSampler needs its league; write the league as one block, "
+                         "data.league (which installs the sampler and its callback), instead")
 
 
 def _identity(item):

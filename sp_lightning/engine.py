@@ -7,13 +7,13 @@ the policy, an arena that plays episodes with it, sampling and retry settings, c
 episode source and its opponent sampler, evaluation settings, the episode log, the remote
 models, and (under asynchronous collection) the producer thread. :class:`Engine` holds them.
 
-- :class:`EngineSettings` is the ``data`` block, checked when the config is read (no env is
-  built, nothing is written): the DataModule makes it from its arguments.
+- :class:`EngineSettings` is the ``data`` block, its settings checked when the config is read (no
+  env is built, nothing is written; each game's env is checked when the engine is built): the DataModule makes it from its arguments.
 - :class:`Engine` is built from it once per run, at setup, when the module's model exists
   (``SelfPlayDataModule.setup``, or ``build_engine`` for the commands that run without a
   Trainer). Every part gets what it needs in its constructor; nothing is assigned afterwards.
 - The module, validation, the league callback and the CLI commands reach it through one
-  accessor: ``datamodule.engine`` (``sp_lightning.data.engine_of(trainer)``).
+  accessor: ``datamodule.engine`` (:func:`engine_of` from a Trainer).
 
 What a batch is: :meth:`Engine.next_batch` plays batch ``i`` from the stream ``(seed, rank, i)``
 (so a resumed run plays the unbroken run's games), with the online evaluation games of batch
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
+from sp_lightning.types import as_policy
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,10 @@ class EvalSettings:
     """Invalid-move policy in evaluation games (null keeps each game's own)."""
     seed: int = 12345
     """Seed of the evaluation games (deals, bots, sampling). Report final results on other seeds."""
+    also_against: list[str] = field(default_factory=list)
+    """More opponents, each evaluated the same way after ``opponent``, logged as
+    ``val/<game>/vs/<name>/...`` (e.g. ``bot:tictactoe_perfect``: the draw rate against a perfect
+    player beside the win rate against RandomBot)."""
     exploitability: bool = False
     """Also compute the policy's exploitability, for games that have it (Kuhn Poker)."""
     online_games: int = 0
@@ -214,11 +220,14 @@ class Engine:
         that batch's online evaluation games alongside (their figures join its metrics)."""
         index = self.arena.steps_done
         matches = self.online.matches(index) if self.online is not None else []
-        batch = self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
-                                side_episodes=[request for match in matches for request in match.requests()])
-        if matches:
-            batch.metrics.update(online_metrics(matches, batch.side_rollouts))
-        return batch
+        return self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
+                               side_episodes=[request for match in matches for request in match.requests()],
+                               side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
+
+    def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:
+        """``steps`` batches played and printed without training (``sp-lightning rollout``), as
+        ``fit`` would play them (online evaluation games included); see ``Arena.run``."""
+        return self.arena.run(steps, show, out, play_batch=self.play_next_batch)
 
     @property
     def batches_played(self) -> int:
@@ -242,11 +251,15 @@ class Engine:
         from sp_lightning.evaluation.matches import evaluate
         from sp_lightning.evaluation.strategy import exploitability_metrics
 
-        result = evaluate(self.worker, game, opponent=self.eval.opponent, sampling=self.eval_sampling(),
-                          games_per_seat=max(1, self.eval.games // len(game.agents)), seed=self.eval.seed,
-                          env_overrides=self.eval.env_overrides(), remotes=self.remotes)
-        metrics = result.as_metrics(prefix)
-        line = f"{game.name} vs {self.eval.opponent}: {result.summary()}"
+        metrics: dict[str, float] = {}
+        lines = []
+        for index, opponent in enumerate([self.eval.opponent, *self.eval.also_against]):
+            result = evaluate(self.worker, game, opponent=opponent, sampling=self.eval_sampling(),
+                              games_per_seat=max(1, self.eval.games // len(game.agents)), seed=self.eval.seed,
+                              env_overrides=self.eval.env_overrides(), remotes=self.remotes)
+            metrics.update(result.as_metrics(prefix if index == 0 else f"{prefix}/vs/{opponent_label(opponent)}"))
+            lines.append(f"{game.name} vs {opponent}: {result.summary()}")
+        line = "; ".join(lines)
         if self.eval.exploitability:
             exploit_metrics, exploit = exploitability_metrics(self.worker, game, prefix)
             metrics.update(exploit_metrics)
@@ -296,6 +309,13 @@ class Engine:
                 rng_streams.set_object_state(self.arena.bots[name], bot_state)
         if "arena" in state:
             self.arena.load_state_dict(state["arena"])
+
+
+def opponent_label(spec: str) -> str:
+    """An evaluation opponent's name in metric tags: a bot's, a remote model's or a checkpoint
+    directory's own name, or the kind (``base``)."""
+    policy = as_policy(spec)
+    return os.path.basename(os.path.normpath(policy.name)) if policy.name else policy.kind.value
 
 
 def engine_of(trainer) -> Engine:

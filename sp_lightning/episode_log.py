@@ -75,6 +75,10 @@ class EpisodeLog:
         os.makedirs(directory, exist_ok=True)
         return open(path, "a", encoding="utf-8")
 
+    def start_batch(self, index: int) -> None:
+        """The events from now on belong to batch ``index`` (the arena calls it before it plays one)."""
+        self.batch_index = index
+
     def write(self, event: str, **fields: Any) -> None:
         if self._file is None:
             self._file = self._open(self.settings.path)
@@ -104,8 +108,8 @@ class EpisodeLog:
                    trainable=rollout.trainable)
 
     def batch(self, batch) -> None:
-        """The summary line of the batch ``batch_index`` (set by the arena before it is
-        played), and its decoded records where ``records`` is set."""
+        """The summary line of the batch ``batch_index`` (see :meth:`start_batch`), and its
+        decoded records where ``records`` is set."""
         records = batch.records
         reward_mean, advantage_mean = record_means(records)
         self.write("batch", episodes=len(batch.rollouts), records=len(records), reward_mean=reward_mean,

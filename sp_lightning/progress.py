@@ -83,6 +83,7 @@ class ProgressLines(ProgressBar):
         self.every = every
         self.stream = stream
         self._enabled = True
+        self._due: int | None = None  # a step whose line waits for the step's last callback
 
     @property
     def is_enabled(self) -> bool:
@@ -106,10 +107,24 @@ class ProgressLines(ProgressBar):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if step % self.every == 0 or step == trainer.max_steps:
-            fields = self._fields(trainer.callback_metrics,
-                                  ("win", "rollout tok/s", "train tok/s", "learner", "mix"))
-            total = f"/{trainer.max_steps}" if trainer.max_steps > 0 else ""
-            self._write(f"step {step}{total}  {fields}".rstrip())
+            self._due = step  # written once every callback has logged this step (the league's too)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._write_due(trainer)
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self._write_due(trainer)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._write_due(trainer)
+
+    def _write_due(self, trainer) -> None:
+        if self._due is None:
+            return
+        fields = self._fields(trainer.callback_metrics, ("win", "rollout tok/s", "train tok/s", "learner", "mix"))
+        total = f"/{trainer.max_steps}" if trainer.max_steps > 0 else ""
+        self._write(f"step {self._due}{total}  {fields}".rstrip())
+        self._due = None
 
     def on_validation_end(self, trainer, pl_module) -> None:
         if trainer.sanity_checking:

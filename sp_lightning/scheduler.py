@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from sp_lightning.credit import Branching
 from sp_lightning.episodes import Episode
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, Rollout
@@ -53,22 +54,27 @@ class Scheduler:
         bots: Scripted players by name (``bot:<name>`` seats).
         remotes: Models behind OpenAI-compatible servers by name (``remote:<name>`` seats and judges).
         episode_log: Where every episode's start, model calls and end are written (None: nowhere).
+        branching: What game episodes play at each trainable decision for the run's credit
+            assigner (``ctx.branching``; None: nothing).
     """
 
     def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, retry: RetrySettings,
-                 bots: dict, remotes: dict, episode_log=None):
+                 bots: dict, remotes: dict, episode_log=None, branching: Branching | None = None):
         self.worker = worker
+        self.branching = branching
         self.sampling = sampling
         self.retry = retry
         self.bots = bots
         self.remotes = remotes
         self.episode_log = episode_log
 
-    def play(self, episodes: Sequence[Episode], seeds: Sequence[int],
-             max_concurrent: int | None = None) -> tuple[list[Rollout], PlayStats]:
-        """Every episode, scored, at most ``max_concurrent`` at once (None: all at once)."""
+    def play(self, episodes: Sequence[Episode], seeds: Sequence[int], max_concurrent: int | None = None,
+             trainable: Sequence[bool] | None = None) -> tuple[list[Rollout], PlayStats]:
+        """Every episode, scored, at most ``max_concurrent`` at once (None: all at once);
+        ``trainable[i]`` False plays episode ``i`` as never trained on (default: all trainable)."""
         run = _Run(self)
-        rollouts = run_coroutine(run.play_all(episodes, seeds, max_concurrent))
+        flags = list(trainable) if trainable is not None else [True] * len(episodes)
+        rollouts = run_coroutine(run.play_all(episodes, seeds, max_concurrent, flags))
         return list(rollouts), run.stats
 
     def bot_answer(self, request: ModelRequest) -> Completion:
@@ -94,6 +100,7 @@ class EpisodeContext:
         self.seed = seed
         self.episode_id = episode_id  # "3" for a run's fourth episode, "3.1" for its second child
         self.trainable = trainable  # False below a sub-episode requested as not trainable
+        self.branching = run.scheduler.branching
         self._children = 0
 
     async def generate(self, request: ModelRequest) -> Completion:
@@ -196,7 +203,7 @@ class _Run:
             future.set_result(completion)
 
     async def play_all(self, episodes: Sequence[Episode], seeds: Sequence[int],
-                       max_concurrent: int | None) -> list[Rollout]:
+                       max_concurrent: int | None, trainable: Sequence[bool]) -> list[Rollout]:
         """Every episode, at most ``max_concurrent`` at once: each lane plays one episode after
         another, taking the next as soon as its last one ends, so the lane stays runnable."""
         results: list[Rollout | None] = [None] * len(episodes)
@@ -210,7 +217,8 @@ class _Run:
                     self.in_flight += 1
                     self.stats.most_in_flight = max(self.stats.most_in_flight, self.in_flight)
                     try:
-                        results[index] = await play_and_score(episode, EpisodeContext(self, seed, str(index)))
+                        context = EpisodeContext(self, seed, str(index), trainable[index])
+                        results[index] = await play_and_score(episode, context)
                     finally:
                         self.in_flight -= 1
             finally:

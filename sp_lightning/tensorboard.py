@@ -54,6 +54,8 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
     "evaluation": {
         "win rate (95% interval)": ["Margin", [r"val/.*/win_rate$"]],  # filled in per game below
         "legal moves": ["Multiline", [r"val/[^/]+/legal_move_rate$"]],
+        "against the other opponents (data.eval.also_against): wins and draws":
+            ["Multiline", [r"val/[^/]+/vs/[^/]+/(win|draw)_rate$"]],
         "payoff": ["Multiline", [r"val/[^/]+/payoff$"]],
         "exploitability": ["Multiline", [r".*exploitability.*"]],
     },

@@ -86,6 +86,12 @@ def test_a_setting_that_another_overrides_is_an_error_naming_both_keys():
         SelfPlayDataModule(episodes=ProposerSolver(), opponents=FixedMix())
     with pytest.raises(ValueError, match=r"^data.league and data.episodes: "):
         SelfPlayDataModule(games=[game], episodes=ProposerSolver(), league=league)
+    with pytest.raises(ValueError, match=r"^data.games\[0\].opponents and data.episodes: "):
+        SelfPlayDataModule(games=[mixed], episodes=ProposerSolver())
+    from sp_lightning.league.sampler import LeagueSampler
+
+    with pytest.raises(ValueError, match=r"^data.opponents: a LeagueSampler needs its league"):
+        SelfPlayDataModule(games=[game], opponents=LeagueSampler())
     assert SelfPlayDataModule(games=[game], league=league).callbacks()  # the league's callback, installed
 
 

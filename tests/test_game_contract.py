@@ -643,3 +643,61 @@ def test_parse_move_rejects_non_str(action):
 def test_parse_move_takes_the_last_token(prefix, move, suffix):
     suffix = suffix.replace("[", "").replace("]", "")
     assert parse_move(prefix + move + suffix) == move
+
+
+# ---- 9. snapshot ------------------------------------------------------------------------------
+def _view(env):
+    """Everything the contract exposes of a position: every seat's text, infos, rewards, flags."""
+    return ([env.observe(a)["text"] for a in env.possible_agents], env.agent_selection, list(env.agents),
+            {a: dict(i) for a, i in env.infos.items()}, dict(env._cumulative_rewards), dict(env.terminations),
+            dict(env.invalid_moves))
+
+
+def _play_out(env, rng):
+    """Random legal moves to the end; the moves played and the final rewards."""
+    moves = []
+    while running(env):
+        options = legal(env)
+        move = options[int(rng.integers(len(options)))] if options else None
+        moves.append(move)
+        env.step(move)
+    return moves, dict(env.final_rewards)
+
+
+@pytest.mark.parametrize("config", ALL)
+@pytest.mark.parametrize("depth", [0, 1, 3])
+def test_a_snapshot_is_the_position_and_playing_it_leaves_the_original_untouched(config, depth):
+    seed, moves = running_line(config, depth)
+    env = started(config, seed, moves, invalid_move="random")
+    before = _view(env)
+    twin = env.snapshot(seed=123)
+    assert _view(twin) == before, "the copy is the position as it stands"
+    _play_out(twin, np.random.default_rng(1))
+    assert _view(env) == before, "playing the copy changed the original"
+    # the original plays on exactly as an env that was never copied
+    fresh = started(config, seed, moves, invalid_move="random")
+    assert _play_out(env, np.random.default_rng(2)) == _play_out(fresh, np.random.default_rng(2))
+
+
+@pytest.mark.parametrize("config", ALL)
+def test_two_snapshots_with_one_seed_play_alike_and_an_invalid_move_draws_from_the_new_stream(config):
+    """Same seed, same actions: the same game (the random invalid-move policy included, drawing
+    from the copy's own stream)."""
+    seed, moves = running_line(config, 1)
+    env = started(config, seed, moves, invalid_move="random")
+    games = []
+    for _ in range(2):
+        twin = env.snapshot(seed=7)
+        twin.step(UNKNOWN)  # invalid: a random legal move from the copy's stream is played
+        games.append((_view(twin), _play_out(twin, np.random.default_rng(3))))
+    assert games[0] == games[1]
+
+
+def test_a_wrapped_game_that_cannot_be_copied_says_so_naming_it():
+    pytest.importorskip("pygame")
+    from envs.adapters.pettingzoo_classic import ClassicTextEnv, make_pettingzoo_env
+
+    env = ClassicTextEnv(make_pettingzoo_env("tictactoe_v3"))
+    env.reset(seed=0)
+    with pytest.raises(NotImplementedError, match=r"^pettingzoo:tictactoe_v3: built from an AECEnv instance"):
+        env.snapshot(seed=0)

@@ -3,16 +3,18 @@ same arena run as the training games, logged per game, never trained on."""
 
 import pytest
 
-from sp_lightning.arena import Arena
-from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
-from sp_lightning.games import FixedMix, GameSettings
+from sp_lightning.data import SelfPlayDataModule
+from sp_lightning.engine import Engine, EvalSettings
+from sp_lightning.evaluation.online import OnlineEvaluation
+from sp_lightning.games import GameSettings
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
-from sp_lightning.sources import GameMix
 from sp_lightning.types import LEARNER
 from tests.helpers import fit_batches
 
 
 def test_online_games_share_the_batch_run_and_give_no_records(tiny_policy):
+    """Through the engine, as fit plays a batch: the evaluation games ride in the batch's own
+    generate calls, give no records, never reach credit, and their figures join the batch's."""
     model, tok = tiny_policy
     game = GameSettings(id="tictactoe_v1", env_kwargs={"invalid_move": "random"},
                         opponents={"bot:random": 1.0})
@@ -20,22 +22,22 @@ def test_online_games_share_the_batch_run_and_give_no_records(tiny_policy):
     calls = []
     generate = worker.generate
     worker.generate = lambda requests, sampling: (calls.append(len(requests)), generate(requests, sampling))[1]
-    from envs import make_bots
 
-    def arena():
-        return Arena(worker, SamplingSettings(max_new_tokens=1), bots=make_bots(0), episodes_per_batch=8, seed=1,
-                     source=GameMix([game], FixedMix()))
+    def engine(online_games: int) -> Engine:
+        settings = SelfPlayDataModule(games=[game], episodes_per_batch=8, seed=1,
+                                      sampling=SamplingSettings(max_new_tokens=1),
+                                      eval=EvalSettings(online_games=online_games, seed=3),
+                                      rollout=lambda model, tokenizer: worker).settings
+        return Engine(settings, model, tok)
 
-    arena().step()  # the batch alone
+    engine(0).next_batch()  # the batch alone
     plain_calls, calls[:] = list(calls), []
-    online = OnlineEvaluation([game], "bot:random", games_per_batch=6, seed=3, env_overrides={"invalid_move": "forfeit"})
-    matches = online.matches(0)  # the same training games again, now with evaluation games beside them (as the engine plays them)
-    batch = arena().step(side_episodes=[request for match in matches for request in match.requests()])
-    batch.metrics.update(online_metrics(matches, batch.side_rollouts))
+    batch = engine(6).next_batch()  # the same training games again, now with evaluation games beside them
     # the batch holds the 8 training games only, and a record for each learner move of theirs
     # (their moves may differ from the plain run's: the evaluation games drew from the same RNGs)
     learner_moves = sum(1 for r in batch.rollouts for step in r.steps if step.completion.policy == LEARNER)
     assert len(batch.rollouts) == 8 and len(batch.records) == learner_moves > 0
+    assert len(batch.side_rollouts) == 6 and not any(s.trainable for r in batch.side_rollouts for s in r.steps)
     assert batch.metrics["online_eval/tictactoe_v1/games"] == 6
     rates = [batch.metrics[f"online_eval/tictactoe_v1/{k}_rate"] for k in ("win", "draw", "loss")]
     assert sum(rates) == pytest.approx(1.0) and all(0 <= r <= 1 for r in rates)

@@ -38,16 +38,24 @@ class _FakeTrainer:
 
 
 def test_progress_lines_print_every_n_steps_and_each_validation():
+    """A step's line waits until every callback has logged that step (a league callback runs
+    after the bar): it is written when the next batch, a validation or the end comes."""
     stream = io.StringIO()
     lines = ProgressLines(every=10, stream=stream)
     metrics = {"games/g/win": 0.25, "val/g/win_rate": 0.5, "val/g/legal_move_rate": 1.0}
     for step in range(1, 21):
+        lines.on_train_batch_start(_FakeTrainer(step, metrics), None, None, step)
         lines.on_train_batch_end(_FakeTrainer(step, metrics), None, None, None, step)
+        metrics["league/learner/rating"] = float(step)  # logged by a callback after the bar's hook
+    lines.on_validation_start(_FakeTrainer(20, metrics), None)
     lines.on_validation_end(_FakeTrainer(20, metrics), None)
+    lines.on_train_end(_FakeTrainer(20, metrics), None)  # nothing due any more
     lines.disable()
     lines.on_train_batch_end(_FakeTrainer(30, metrics), None, None, None, 30)
+    lines.on_train_end(_FakeTrainer(30, metrics), None)
     assert stream.getvalue().splitlines() == [
-        "step 10/100  win 0.25", "step 20/100  win 0.25", "step 20 validation  val win 0.500  legal 1.000",
+        "step 10/100  win 0.25  learner 10.0", "step 20/100  win 0.25  learner 20.0",
+        "step 20 validation  val win 0.500  legal 1.000",
     ]
     with pytest.raises(ValueError, match="every"):
         ProgressLines(every=0)

@@ -148,6 +148,7 @@ def test_merged_learner_serves_the_same_policy_and_follows_every_weight_change(p
     ids_plain, lp_plain = _generated_logprobs(plain, [LEARNER])
     ids_merged, lp_merged = _generated_logprobs(merged, [LEARNER])
     assert merged.merges == 4 and ids_merged == ids_plain
+    assert merged._merged.builds == 1, "built once, then refreshed in place"
     torch.testing.assert_close(lp_merged, lp_plain, atol=1e-4, rtol=0)
     # a call that mixes the learner with another policy goes through peft's routing, unmerged
     model.save_pretrained(tmp_path / "x", selected_adapters=["default"])
@@ -161,3 +162,24 @@ def test_merged_learner_serves_the_same_policy_and_follows_every_weight_change(p
     torch.testing.assert_close(lp_mixed, lp_ref, atol=1e-5, rtol=0)
     assert {n for n, p in model.named_parameters() if p.requires_grad}, "the trained model keeps its adapter"
     assert "default" in model.peft_config and hasattr(model, "disable_adapter")
+
+
+@pytest.mark.parametrize("trainable_tokens", [["moves"], None])
+def test_the_merged_copy_refreshed_in_place_equals_a_fresh_merge(trainable_tokens):
+    """After weight changes (LoRA matrices and the trainable token rows), every weight of the
+    copy refreshed in place is the weight peft's own merge of the same adapter gives."""
+    from sp_lightning.model import LoraSettings, PolicySettings, load_policy
+    from sp_lightning.rollout.merged_copy import MergedCopy
+
+    model, _ = load_policy(PolicySettings(lora=LoraSettings(r=8, alpha=16, trainable_tokens=trainable_tokens)))
+    copy_ = MergedCopy(model)
+    copy_.get()
+    for seed in range(3):
+        torch.manual_seed(seed)
+        _perturb(model, 0.3)
+        refreshed = dict(copy_.get().named_parameters())
+        fresh = dict(MergedCopy(model).get().named_parameters())
+        assert refreshed.keys() == fresh.keys()
+        for name, weight in fresh.items():
+            torch.testing.assert_close(refreshed[name], weight, atol=1e-6, rtol=0, msg=name)
+    assert copy_.builds == 1 and copy_.refreshes == 3

@@ -33,6 +33,7 @@ moves, turn bound and reward range come from ``CLASSIC_GAMES`` (generic defaults
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from collections.abc import Callable
@@ -181,6 +182,8 @@ class ClassicRules:
     def __init__(self, env: AECEnv, move_names: tuple[str, ...], seed: int) -> None:
         self.env = env
         self.move_names = move_names
+        self.seed = seed
+        self.history: list[str] = []  # the moves applied since the reset, in order
         self._index = {name: k for k, name in enumerate(move_names)}
         env.reset(seed=seed)
         self._seat = {agent: i for i, agent in enumerate(env.possible_agents)}
@@ -208,12 +211,21 @@ class ClassicRules:
         if move not in self.legal_moves():
             raise ValueError(f"illegal move {move!r}; expected one of {self.legal_moves()}")
         self.env.step(self._index[move])
+        self.history.append(move)
         self._legal = None
         for agent, reward in self.env.rewards.items():
             self.totals[self._seat[agent]] += float(reward)
 
     def returns(self) -> list[float]:
         return list(self.totals)
+
+    def replayed_on(self, env: AECEnv) -> ClassicRules:
+        """These rules on a fresh ``env`` of the same game: reset with the same seed and the same
+        moves replayed (PettingZoo envs copy as new, unplayed ones, so a copy is a replay)."""
+        twin = ClassicRules(env, self.move_names, self.seed)
+        for move in self.history:
+            twin.apply(move)
+        return twin
 
     def observation(self, seat: int) -> Any:
         return self.env.observe(self.env.possible_agents[seat])
@@ -245,6 +257,7 @@ class ClassicTextEnv(TextGameEnv):
         max_retries: int = 2,
         observation_max_length: int = 4096,
     ) -> None:
+        self.env_id = env_id_or_env if isinstance(env_id_or_env, str) else None  # what a snapshot rebuilds
         if isinstance(env_id_or_env, str):
             inner = make_pettingzoo_env(env_id_or_env)
         elif isinstance(env_id_or_env, AECEnv):
@@ -311,3 +324,20 @@ class ClassicTextEnv(TextGameEnv):
 
     def close(self) -> None:
         self.inner.close()
+
+    def snapshot(self, seed: int) -> ClassicTextEnv:
+        """A copy on a fresh wrapped env with the game so far replayed (see ``ClassicRules``);
+        the wrapped game's own chance is its reset seed's, so a copy's future deals are the
+        original's. Needs the env built from its id."""
+        if self.env_id is None:
+            raise NotImplementedError(f"{self.game_info.name}: built from an AECEnv instance, which cannot be "
+                                      f"copied; build it from its id (e.g. 'pettingzoo:tictactoe_v3') to play "
+                                      f"continuations of its positions")
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("inner", "game", "observation_spaces", "action_spaces")}
+        twin = object.__new__(type(self))
+        twin.__dict__.update(copy.deepcopy(state))
+        twin.inner = make_pettingzoo_env(self.env_id)
+        twin.game = self.game.replayed_on(twin.inner)
+        twin.np_random = np.random.default_rng(seed)
+        return twin

@@ -16,10 +16,12 @@ from sp_lightning.cli.fit import SelfPlayCLI
 
 class _ConfigCommand(SelfPlayCLI):
     """LightningCLI without a run and without a Trainer: the config's module and DataModule,
-    and the command's own flags (added by ``add_flags``) in ``config``."""
+    and the command's own flags (added by ``add_flags``) in ``config``; ``prepare(config,
+    parser)`` may complete the parsed config before anything is built."""
 
-    def __init__(self, add_flags: Callable | None, *args, **kwargs):
+    def __init__(self, add_flags: Callable | None, *args, prepare: Callable | None = None, **kwargs):
         self._add_flags = add_flags
+        self._prepare = prepare
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
@@ -27,16 +29,23 @@ class _ConfigCommand(SelfPlayCLI):
         if self._add_flags is not None:
             self._add_flags(parser)
 
+    def before_instantiate_classes(self) -> None:
+        if self._prepare is not None:
+            self._prepare(self.config, self.parser)
+
     def instantiate_trainer(self, **kwargs):
         return None  # these commands play outside a Trainer
 
 
-def parse_command(prog: str, description: str, add_flags: Callable | None, args: list[str]):
+def parse_command(prog: str, description: str, add_flags: Callable | None, args: list[str],
+                  prepare: Callable | None = None):
     """``(options, module, datamodule)`` of a command's ``args``: its own flags (added to the
-    parser by ``add_flags(parser)``) and the config it names, seeded as ``fit`` seeds."""
+    parser by ``add_flags(parser)``) and the config it names, seeded as ``fit`` seeds;
+    ``prepare(config, parser)`` completes the parsed config first (see ``_ConfigCommand``). The
+    config's ``trainer`` block is read (config files hold one) and not used."""
     with warnings.catch_warnings():  # ``args`` are this command's share of the command line
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
-        cli = _ConfigCommand(add_flags, args=list(args), run=False, seed_everything_default=0,
+        cli = _ConfigCommand(add_flags, args=list(args), prepare=prepare, run=False, seed_everything_default=0,
                              save_config_callback=None,
                              parser_kwargs={"prog": prog, "description": description, "allow_abbrev": False})
     return cli.config, cli.model, cli.datamodule

@@ -20,7 +20,7 @@ def add_flags(parser) -> None:
                         help="further players: Lightning .ckpt files or peft adapter dirs")
     parser.add_argument("--max_checkpoints", type=int, default=8,
                         help="the league's kept checkpoints, thinned evenly over training steps to at most this many")
-    parser.add_argument("--no_baselines", type=bool, default=False, help="leave the league's baseline bots out")
+    parser.add_argument("--no_baselines", action="store_true", help="leave the league's baseline bots out")
     parser.add_argument("--games_per_seat", type=int, default=50)
     parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots, sampling and the bootstrap")
     parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples of the ratings")
@@ -28,18 +28,35 @@ def add_flags(parser) -> None:
 
 
 def main(args: list[str]) -> dict:
-    from sp_lightning.evaluation.crossplay import cross_play
     from sp_lightning.evaluation.crossplay_ratings import rate
     from sp_lightning.evaluation.crossplay_report import write_report
-    from sp_lightning.evaluation.matches import serve_policy
 
     ours, module, datamodule = parse_command(PROG, __doc__, add_flags, args)
     engine = datamodule.build_engine(module)
     if len(engine.games) != 1:
-        fail(PROG, f"expected a config with one game, got "
-                         f"{[g.name for g in engine.games]}")
-    game = engine.games[0]
-    worker = engine.worker
+        fail(PROG, f"expected a config with one game, got {[g.name for g in engine.games]}")
+    engine.start()
+    try:
+        table, served = _play_round_robin(ours, module, engine)
+    finally:
+        engine.close()
+    ratings = rate(table, resamples=ours.resamples, seed=ours.seed)
+    meta = {"game": engine.games[0].name, "games_per_seat": ours.games_per_seat, "seed": ours.seed,
+            "league": ours.league, "policies": {k: str(v) for k, v in served.items()}}
+    paths = write_report(table, ratings, ours.output_dir, meta)
+    print("row's mean payoff against column:")
+    print(table.table())
+    print(ratings.table())
+    print("written: " + ", ".join(paths.values()))
+    return {"table": table, "ratings": ratings, "paths": paths}
+
+
+def _play_round_robin(ours, module, engine):
+    """The cross-play table of the league's agents and the named checkpoints, and who played."""
+    from sp_lightning.evaluation.crossplay import cross_play
+    from sp_lightning.evaluation.matches import serve_policy
+
+    game, worker = engine.games[0], engine.worker
     policies = league_players(ours.league, ours.max_checkpoints, not ours.no_baselines) if ours.league else {}
     with tempfile.TemporaryDirectory() as scratch:
         for path in ours.checkpoint:
@@ -50,23 +67,13 @@ def main(args: list[str]) -> dict:
                 path = os.path.join(scratch, label)
             policies[label] = f"checkpoint:{path}"
         if len(policies) < 2:
-            fail(PROG, f"expected at least 2 players (--league, --checkpoint), "
-                             f"got {list(policies)}")
+            fail(PROG, f"expected at least 2 players (--league, --checkpoint), got {list(policies)}")
         # adapters registered by their unique labels: two directories may share a name
         served = {label: serve_policy(worker, spec, name=label) for label, spec in policies.items()}
         print(f"cross-play of {len(served)} agents in {game.name}, {ours.games_per_seat} games per seat and pair")
         table = cross_play(worker, game, served, games_per_seat=ours.games_per_seat, sampling=engine.eval_sampling(),
                            seed=ours.seed, env_overrides=engine.eval.env_overrides())
-        engine.close()
-    ratings = rate(table, resamples=ours.resamples, seed=ours.seed)
-    meta = {"game": game.name, "games_per_seat": ours.games_per_seat, "seed": ours.seed,
-            "league": ours.league, "policies": {k: str(v) for k, v in served.items()}}
-    paths = write_report(table, ratings, ours.output_dir, meta)
-    print("row's mean payoff against column:")
-    print(table.table())
-    print(ratings.table())
-    print("written: " + ", ".join(paths.values()))
-    return {"table": table, "ratings": ratings, "paths": paths}
+    return table, served
 
 
 def unique_label(path: str, taken) -> str:

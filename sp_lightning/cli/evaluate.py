@@ -33,11 +33,27 @@ def add_flags(parser) -> None:
 
 
 def main(args: list[str]) -> dict:
+    ours, module, datamodule = parse_command("sp-lightning evaluate", __doc__, add_flags, args)
+    engine = datamodule.build_engine(module)
+    engine.start()
+    try:
+        reports, rows, opponent = _evaluate_all(ours, module, engine)
+    finally:
+        engine.close()
+    print(results_table(rows, f"vs {opponent}, {ours.games_per_seat} games per seat, seed {ours.seed}"))
+    out = next(iter(reports.values())) if len(reports) == 1 else reports
+    if ours.output:
+        with open(ours.output, "w") as f:
+            json.dump(out, f, indent=2)
+    return out
+
+
+def _evaluate_all(ours, module, engine):
+    """Every checkpoint against the opponent in every game: the reports, the table's rows, and
+    the opponent as served."""
     from sp_lightning.evaluation.matches import evaluate, serve_policy
     from sp_lightning.evaluation.strategy import exploitability_metrics
 
-    ours, module, datamodule = parse_command("sp-lightning evaluate", __doc__, add_flags, args)
-    engine = datamodule.build_engine(module)
     worker = engine.worker
     opponent = serve_policy(worker, ours.opponent or engine.eval.opponent)  # an adapter directory: by its name
     reports, rows = {}, []
@@ -61,13 +77,7 @@ def main(args: list[str]) -> dict:
                     print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
                           f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
             report[game.name] = entry
-    engine.close()
-    print(results_table(rows, f"vs {opponent}, {ours.games_per_seat} games per seat, seed {ours.seed}"))
-    out = next(iter(reports.values())) if len(reports) == 1 else reports
-    if ours.output:
-        with open(ours.output, "w") as f:
-            json.dump(out, f, indent=2)
-    return out
+    return reports, rows, opponent
 
 
 def results_table(rows: list, caption: str) -> str:

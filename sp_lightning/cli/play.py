@@ -41,27 +41,29 @@ def main(args: list[str], read: Callable[[str], str] = input,
     """Returns each seat's total reward, or None if the person quit."""
     for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
         logging.getLogger(name).setLevel(logging.WARNING)
-    args = list(args)
-    has_config = any(a in ("--config", "-c") or a.startswith("--config=") for a in args)
-    if not has_config:
-        game_id = _value_of("--game", args)
-        if not game_id:
-            fail(PROG, "give --config or --game")
-        args.append(f"--data.games=[{{\"id\": \"{game_id}\"}}]")
-    ours, module, datamodule = parse_command(PROG, __doc__, add_flags, args)
+    ours, module, datamodule = parse_command(PROG, __doc__, add_flags, list(args), prepare=_game_without_config)
+    has_config = bool(ours.get("config"))
     spec = parse_policy(ours.opponent)
     try:
         require_bot(spec, "--opponent")
     except ValueError as exc:
         fail(PROG, str(exc))
-    game = _pick_game(datamodule.settings.games, ours.game)
+    engine = datamodule.build_engine(module)
+    engine.start()
+    try:
+        return _play_one_game(ours, module, engine, spec, has_config, read, write)
+    finally:
+        engine.close()
+
+
+def _play_one_game(ours, module, engine, spec, has_config: bool, read, write) -> dict[str, float] | None:
+    game = _pick_game(engine.games, ours.game)
     env = game.make_env()
     seats = env.possible_agents
     if not 0 <= ours.seat < len(seats):
         fail(PROG, f"--seat {ours.seat}: {game.name} has seats 0..{len(seats) - 1}")
     human = seats[ours.seat]
     worker = None
-    engine = datamodule.build_engine(module)
     if spec.kind is not PolicyKind.BOT:
         if ours.checkpoint:
             try:
@@ -90,13 +92,14 @@ def main(args: list[str], read: Callable[[str], str] = input,
     return totals
 
 
-def _value_of(flag: str, args: list[str]) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
+def _game_without_config(config, parser) -> None:
+    """Without a config's games, ``--game`` is the one game (with every default)."""
+    if config["data"]["games"]:
+        return
+    if not config["game"]:
+        fail(PROG, "give --config or --game")
+    config["data"]["games"] = parser.parse_object({"data": {"games": [{"id": config["game"]}]}},
+                                                  defaults=False)["data"]["games"]
 
 
 def _pick_game(games, wanted: str | None):

@@ -23,4 +23,4 @@ def main(args: list[str]) -> list[dict[str, float]]:
                          f"{ours.show}")
     if ours.checkpoint:
         module.load_policy_weights(ours.checkpoint)
-    return datamodule.build_engine(module).arena.run(ours.steps, show=ours.show)
+    return datamodule.build_engine(module).run(ours.steps, show=ours.show)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, Protocol
 
+from sp_lightning.credit import Branching
 from sp_lightning.rubric import Rubric
 from sp_lightning.types import Completion, ModelRequest, Role, Rollout
 
@@ -19,6 +20,11 @@ class EpisodeContext(Protocol):
     """What the arena gives a running episode."""
 
     seed: int
+    trainable: bool
+    """False below a sub-episode requested as not trainable: its steps never train."""
+    branching: Branching | None
+    """What the run's credit assigner asks a game to play at each trainable decision
+    (``sp_lightning.credit.Branching``), or None."""
 
     async def generate(self, request: ModelRequest) -> Completion: ...
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sp_lightning.credit import CONTINUATIONS, continuation_return
 from sp_lightning.episodes.base import Episode, EpisodeContext
 from sp_lightning.prompts import ParseResult, PlainTemplate, PromptTemplate
 from sp_lightning.rubric import Rubric
@@ -28,7 +30,7 @@ class GameEpisode(Episode):
     backend refused as longer than the model's context (``Completion.refused``), is cut off:
     it ends there, every seat scores 0 (whatever the game had scored so far), the moves played
     still train, and the rollout's metrics carry ``cut_off_turns`` or ``cut_off_prompt`` = 1
-    (logged per game as ``rollout/<game>/cut_off_*``, with one warning per game and rule).
+    (logged per game as ``games/<game>/cut_off_*``, with one warning per game and rule).
     """
 
     name: str
@@ -45,6 +47,15 @@ class GameEpisode(Episode):
     async def rollout(self, ctx: EpisodeContext) -> Rollout:
         env = self.env_factory()
         env.reset(seed=ctx.seed)
+        return await self.play(env, ctx, random.Random(f"{ctx.seed}/branch"))
+
+    async def play(self, env, ctx: EpisodeContext, branch_rng: random.Random | None = None,
+                   turns_played: int = 0) -> Rollout:
+        """Play ``env`` from where it stands to the end (or a cut-off); ``turns_played`` actions
+        count towards ``max_turns`` already. With ``ctx.branching`` (a credit assigner's, see
+        ``sp_lightning.credit.Branching``) each trainable decision is also played on from copies
+        of the game (:meth:`_branch`), drawn from ``branch_rng``."""
+        branching = ctx.branching if branch_rng is not None else None
         outcome = {agent: 0.0 for agent in env.possible_agents}
         steps: list[Step] = []
         cut_off = None
@@ -52,7 +63,7 @@ class GameEpisode(Episode):
             observation, _, terminated, truncated, info = env.last()
             if terminated or truncated:
                 env.step(None)
-            elif len(steps) >= self.max_turns:
+            elif turns_played + len(steps) >= self.max_turns:
                 cut_off = "cut_off_turns"
                 break
             else:
@@ -63,6 +74,10 @@ class GameEpisode(Episode):
                     policy=self.seats[agent],
                     legal_actions=legal,
                 )
+                branches = None
+                if (branching is not None and ctx.trainable and self.seats[agent].is_learner
+                        and branch_rng.random() < branching.decisions):
+                    branches = [env.snapshot(seed=branch_rng.randrange(2**31)) for _ in range(branching.continuations)]
                 completion = await self.generate(ctx, request)
                 if completion.refused:
                     cut_off = "cut_off_prompt"
@@ -73,19 +88,21 @@ class GameEpisode(Episode):
                     parsed = ParseResult(completion.text, True, "bot")
                 env.step(parsed.action_text)
                 after = env.infos.get(agent, {})
-                steps.append(
-                    Step(
-                        role=agent,
-                        completion=completion,
-                        info={
-                            "invalid_move": bool(after.get("invalid_move", False)),
-                            "parsed_move": after.get("parsed_move"),
-                            "legal_actions": legal,
-                            "well_formed": parsed.well_formed,
-                            "parse": parsed.reason,
-                        },
-                    )
+                step = Step(
+                    role=agent,
+                    completion=completion,
+                    info={
+                        "invalid_move": bool(after.get("invalid_move", False)),
+                        "parsed_move": after.get("parsed_move"),
+                        "legal_actions": legal,
+                        "well_formed": parsed.well_formed,
+                        "parse": parsed.reason,
+                    },
                 )
+                steps.append(step)
+                if branches is not None:
+                    step.info[CONTINUATIONS] = await self._branch(
+                        ctx, agent, branches, env, branching, branch_rng, turns_played + len(steps))
             for a, reward in env.rewards.items():
                 outcome[a] = outcome.get(a, 0.0) + float(reward)
         env.close()
@@ -97,6 +114,48 @@ class GameEpisode(Episode):
         for reason in CUT_OFF_REASONS:
             rollout.metrics[reason] = float(cut_off == reason)
         return rollout
+
+    async def _branch(self, ctx: EpisodeContext, role: str, before: list, env, branching,
+                      rng: random.Random, turns: int) -> dict[str, list[float] | None]:
+        """The returns ``role`` got in continuations of its decision: from the copies ``before``
+        the move (taken by the caller) and, with ``branching.after``, from as many copies of the
+        position after it (none when the move ended the game: its outcome is known). They play
+        as non-trainable sub-episodes, batched with everything else in flight."""
+        game_over = not env.agents or all(env.terminations.get(a, False) for a in env.agents)
+        after = ([env.snapshot(seed=rng.randrange(2**31)) for _ in range(branching.continuations)]
+                 if branching.after and not game_over else [])
+        turns_before = turns - 1
+        episodes = ([_Continuation(self, copy, turns_before) for copy in before]
+                    + [_Continuation(self, copy, turns) for copy in after])
+        rollouts = await ctx.run_many(episodes, [rng.randrange(2**31) for _ in episodes], trainable=False)
+        returns = [continuation_return(r, role, branching.discount, from_decision=i < len(before))
+                   for i, r in enumerate(rollouts)]
+        return {"before": returns[:len(before)], "after": returns[len(before):] if branching.after and not game_over
+                else None}
+
+
+@dataclass
+class _Continuation(Episode):
+    """A game played on from a copy of a position (``env.snapshot``) by the same seats, scored
+    by the same rubric; a sub-episode of the game it copies, never trained on."""
+
+    game: GameEpisode
+    env: Any
+    turns_played: int
+
+    def __post_init__(self):
+        self.name, self.rubric = self.game.name, self.game.rubric
+
+    @property
+    def roles(self) -> list[Role]:  # type: ignore[override]
+        return self.game.roles
+
+    @property
+    def seats(self) -> dict[str, PolicyRef]:
+        return self.game.seats
+
+    async def rollout(self, ctx: EpisodeContext) -> Rollout:
+        return await self.game.play(self.env, ctx, turns_played=self.turns_played)
 
 
 CUT_OFF_REASONS = ("cut_off_turns", "cut_off_prompt")

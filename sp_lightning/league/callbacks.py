@@ -1,7 +1,7 @@
 """League training as a Lightning callback: the league on disk, its checkpoint schedule, the
 ratings, a background evaluator and the league's TensorBoard charts.
 
-The learner is the learner; the league is a registry file (``<dir>/league.json``, see
+The league is a registry file (``<dir>/league.json``, see
 ``registry``) of baselines (the base model, RandomBot, ChaosBot), past checkpoints of the learner
 (peft adapters in ``<dir>/adapters/``, loadable by ``PeftModel.from_pretrained`` and by vLLM) and
 the learner itself. Every step the callback:
@@ -12,7 +12,8 @@ the learner itself. Every step the callback:
 3. every ``evaluator.every`` steps starts a tournament of the newest checkpoint against
    gatekeepers in a separate process (it reads adapters from disk and writes the registry under
    its lock), and logs earlier tournaments once they finish;
-4. hands the datamodule's :class:`~sp_lightning.league.sampler.LeagueSampler` a fresh view;
+4. hands its :class:`~sp_lightning.league.sampler.LeagueSampler` (the league block's, which seats
+   the training games) a fresh view;
 5. logs the learner's rating beside the baselines and the best past checkpoint, the win rate per
    opponent type, the realised opponent-type mix and (Kuhn Poker) exploitability.
 
@@ -95,7 +96,7 @@ class LeagueCallback(L.Callback):
                 "pruned": [list(p) for p in self.pruned], "pooler": self.pooler.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = state
+        self._restore = renamed_learner(state)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         self.saved_step = trainer.global_step
@@ -302,3 +303,25 @@ class LeagueCallback(L.Callback):
         experiment = getattr(trainer.logger, "experiment", None)
         if hasattr(experiment, "add_text"):
             experiment.add_text("league/events", text, global_step=trainer.global_step)
+
+
+FORMER_LEARNER_ID = "hero"
+"""The learner's id in leagues saved before it had one name everywhere."""
+
+
+def renamed_learner(state: dict[str, Any]) -> dict[str, Any]:
+    """A league checkpoint saved when the learner was called ``hero``, with its new name: the
+    registry's agent and matches, and the best rating (newer states pass unchanged)."""
+    if "best_hero_rating" not in state:
+        return state
+    state = dict(state)
+    state["best_learner_rating"] = state.pop("best_hero_rating")
+    registry = dict(state["registry"])
+    agents = dict(registry["agents"])
+    if FORMER_LEARNER_ID in agents:
+        agents[LEARNER_ID] = {**agents.pop(FORMER_LEARNER_ID), "id": LEARNER_ID}
+    registry["agents"] = agents
+    registry["matches"] = [{**m, "agents": [LEARNER_ID if a == FORMER_LEARNER_ID else a for a in m["agents"]]}
+                           for m in registry["matches"]]
+    state["registry"] = registry
+    return state

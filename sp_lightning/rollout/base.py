@@ -252,8 +252,8 @@ def generate_with_retries(
 
     A generate call is all or nothing: every request of a failed call is sent again, and each
     request gets exactly one completion, so no episode in flight loses a move or plays one twice.
-    When the tries run out, :class:`RolloutFailed` says so and the batch is not counted (the data
-    module counts a batch only once it is played); the run resumes from its last checkpoint.
+    When the tries run out, :class:`RolloutFailed` says so and the batch is not counted (the arena
+    counts a batch only once it is played); the run resumes from its last checkpoint.
     """
     name = type(worker).__name__
     for attempt in range(1, retry.attempts + 1):

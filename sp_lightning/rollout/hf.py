@@ -24,9 +24,9 @@ Unmerged LoRA layers cost a second matmul per projection. With ``merge_learner``
 keeps a copy of the model with the learner's adapter merged into the weights and serves the
 generate calls whose rows are all the learner's from it (scoring, mixed calls and the other
 policies stay on the peft model): faster generation with the same logprobs, within the test's
-tolerance (benchmarks/bench_rollout_share.py measures the gain). The copy is rebuilt only when
-the trained weights changed (their in-place version counters moved: an optimizer step, a
-checkpoint load), which is cheap for small models. It doubles the model's memory: it is on by default for small models (at most
+tolerance (benchmarks/bench_rollout_share.py measures the gain). The copy is brought up to date
+only when the trained weights changed (their in-place version counters moved: an optimizer
+step, a checkpoint load), in place (``merged_copy``). It doubles the model's memory: it is on by default for small models (at most
 ``AUTO_MERGE_MAX_PARAMS``), off for larger ones, which belong on vLLM.
 """
 
@@ -44,9 +44,9 @@ from sp_lightning.rollout.base import (
     refuse, refuse_too_long, registered_path,
 )
 from sp_lightning.rollout.chat import encode_chats, special_token_strings
+from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy, weights_key
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
-LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
 
 
@@ -130,9 +130,7 @@ class HFRolloutWorker(RolloutWorker):
         if merge_learner is None:
             merge_learner = sum(p.numel() for p in model.parameters()) <= AUTO_MERGE_MAX_PARAMS
         self.merge_learner = merge_learner
-        self.merges = 0  # how often the merged copy was (re)built
-        self._merged = None
-        self._merged_key: tuple[int, ...] | None = None
+        self._merged: MergedCopy | None = None  # of self.model, made at the first learner-only call
 
     # ---- the learner's weights -----------------------------------------------------------------
     def sync_weights(self, version: int) -> None:
@@ -156,7 +154,7 @@ class HFRolloutWorker(RolloutWorker):
                 self.model = copy.deepcopy(self.trainer_model)
                 self._merged = None
             trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
-            key = _weights_key(trained.values())
+            key = weights_key(trained.values())
             if key == self._published_key:
                 return
             mine = dict(self.model.named_parameters())
@@ -186,7 +184,7 @@ class HFRolloutWorker(RolloutWorker):
         stays (the weights a later validate plays until its first sync)."""
         for name in list(self.loaded):
             self._unload(name)
-        self._merged, self._merged_key = None, None
+        self._merged = None
 
     def _unload(self, name: str) -> None:
         self.model.delete_adapter(_peft_name(name))
@@ -295,22 +293,20 @@ class HFRolloutWorker(RolloutWorker):
             finally:
                 self.model.base_model.set_adapter(LEARNER_ADAPTER)
 
+    @property
+    def merges(self) -> int:
+        """How often the merged copy was made current (built once, then refreshed in place)."""
+        return 0 if self._merged is None else self._merged.builds + self._merged.refreshes
+
     def _merged_learner(self):
-        """The model with the learner's adapter merged in (eval mode), rebuilt when a trained
-        parameter changed since the last build; None when merging does not apply."""
+        """The model with the learner's adapter merged in (eval mode), current with the trained
+        weights (``merged_copy``: refreshed in place after each change); None when merging does
+        not apply."""
         if not (self.merge_learner and hasattr(self.model, "merge_and_unload")):
             return None
-        key = _weights_key(p for p in self.model.parameters() if p.requires_grad)
-        if self._merged is None or key != self._merged_key:
-            self._merged = None  # the stale copy's memory goes before the new one is made
-            merged = copy.deepcopy(self.model)
-            extra = [name for name in merged.peft_config if name != LEARNER_ADAPTER]
-            for name in extra:  # league checkpoints: not part of the learner
-                merged.delete_adapter(name)
-            self._merged = merged.merge_and_unload().eval()
-            self._merged_key = key
-            self.merges += 1
-        return self._merged
+        if self._merged is None or self._merged.source is not self.model:
+            self._merged = MergedCopy(self.model)
+        return self._merged.get()
 
     # ---- generation ---------------------------------------------------------------------------
     def encode_prompts(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
@@ -419,13 +415,6 @@ class HFRolloutWorker(RolloutWorker):
                 )
             )
         return completions
-
-
-def _weights_key(params) -> tuple[int, ...]:
-    """Changes whenever a tensor of ``params`` was written in place (torch bumps ``_version``:
-    optimizer steps, load_state_dict copies) or replaced (new storage)."""
-    params = list(params)
-    return tuple(p._version for p in params) + tuple(p.data_ptr() for p in params)
 
 
 def _by_policy(policies: list[PolicyRef]) -> dict[PolicyRef, list[int]]:
