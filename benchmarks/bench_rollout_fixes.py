@@ -71,7 +71,7 @@ def main() -> None:
     calls = recorder.messages
     worker = HFRolloutWorker(model, tokenizer, max_batch_size=256)  # timed without the recording
     play_seconds = statistics.median(play_games(worker, GAMES, CONCURRENCY, seed=0) for _ in range(args.repeats))
-    specials = worker.specials
+    specials = worker.prompts.specials
 
     def per_request():
         for call in calls:

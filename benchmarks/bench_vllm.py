@@ -64,7 +64,7 @@ def main() -> None:
             vllm.generate(requests, sampling)  # warm-up: the engine, the adapter, compilation
             hf.generate(requests, sampling)
             prompts = [TokensPrompt(prompt_token_ids=ids)
-                       for ids in encode_chats(tokenizer, [r.messages for r in requests], vllm.specials)]
+                       for ids in encode_chats(tokenizer, [r.messages for r in requests], vllm.prompts.specials)]
             params = vllm._sampling_params(sampling)
             lora = vllm._learner_request()
             times: dict[str, list[float]] = {"hf": [], "vllm": [], "raw": []}

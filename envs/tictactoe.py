@@ -47,23 +47,24 @@ class TicTacToeRules:
         self.board: list[int | None] = [None] * 9
         self.current_player = 0
         self.winner: int | None = None
+        self._legal: list[str] = list(MOVES)  # of the position as it stands (the env asks often)
 
     @property
     def is_terminal(self) -> bool:
-        return self.winner is not None or all(c is not None for c in self.board)
+        return not self._legal
 
     def legal_moves(self) -> list[str]:
-        if self.is_terminal:
-            return []
-        return [MOVES[i] for i, c in enumerate(self.board) if c is None]
+        return list(self._legal)
 
     def apply(self, move: str) -> None:
-        if move not in self.legal_moves():
+        if move not in self._legal:
             raise ValueError(f"illegal move {move!r}; expected one of {self.legal_moves()}")
         self.board[MOVES.index(move)] = self.current_player
         if any(all(self.board[i] == self.current_player for i in line) for line in LINES):
             self.winner = self.current_player
         self.current_player = 1 - self.current_player
+        over = self.winner is not None
+        self._legal = [] if over else [MOVES[i] for i, c in enumerate(self.board) if c is None]
 
     def returns(self) -> list[float]:
         if self.winner is None:

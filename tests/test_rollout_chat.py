@@ -93,3 +93,23 @@ def test_batched_encoding_gives_each_conversations_own_ids(tiny):
     assert len({len(ids) for ids in batched}) == len(conversations)
     assert special_count(tok, batched[1]) == 5
     assert HFRolloutWorker(model, tok).encode_prompts([]) == []
+
+
+def test_the_prompt_encoder_remembers_prompts_and_gives_the_same_ids(tiny):
+    """A repeated conversation is served from the cache (no tokenizer call), new ones in one call;
+    the ids are encode_chats' and each caller gets a list of its own; the cache stays bounded."""
+    from sp_lightning.rollout.chat import PromptEncoder, encode_chats
+
+    _, tok = tiny
+    template = make_template("plain")
+    texts = ["Board 1\nLegal moves: [0] [4]", f"Player 1 says: {INJECTION}", "Board 1\nLegal moves: [0] [4]"]
+    conversations = [template.messages(text, "player_0") for text in texts]
+    encoder = PromptEncoder(tok, cache_size=2)
+    first = encoder.encode(conversations)
+    assert first == encode_chats(tok, conversations)
+    assert first[0] == first[2] and first[0] is not first[2]
+    first[0].append(-1)  # a caller's list is its own
+    again = encoder.encode(conversations[:1])
+    assert again == [encode_chats(tok, conversations[:1])[0]]
+    encoder.encode([template.messages("Board 2", "player_0")])
+    assert len(encoder._cache) == 2  # bounded: the least recently used went

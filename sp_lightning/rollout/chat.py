@@ -19,6 +19,7 @@ stay as they are.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 
 BREAK = "\u200b"  # zero-width space: invisible, and never part of a special token
@@ -90,6 +91,35 @@ def encode_chats(tokenizer, conversations: list[list[dict[str, str]]],
         return [list(ids) for ids in encoded]
     texts = tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=False)
     return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+
+
+class PromptEncoder:
+    """:func:`encode_chats` for one tokenizer, remembering the prompts it encoded.
+
+    Games show the same positions again and again (every game opens on the same board), and a
+    prompt's ids depend on its messages alone, so the ids of the last ``cache_size`` distinct
+    conversations are kept and only the others are rendered and tokenized, in one call."""
+
+    def __init__(self, tokenizer, cache_size: int = 65536):
+        self.tokenizer = tokenizer
+        self.specials = special_token_strings(tokenizer)
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple, tuple[int, ...]] = OrderedDict()
+
+    def encode(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
+        keys = [tuple((m.get("role"), m.get("content")) for m in messages) for messages in conversations]
+        missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
+        if missing:
+            first = {key: messages for key, messages in zip(keys, conversations)}
+            for key, ids in zip(missing, encode_chats(self.tokenizer, [first[k] for k in missing], self.specials)):
+                self._cache[key] = tuple(ids)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        out = []
+        for key in keys:
+            self._cache.move_to_end(key)
+            out.append(list(self._cache[key]))
+        return out
 
 
 def end_of_turn_ids(tokenizer) -> list[int]:

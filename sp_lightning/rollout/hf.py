@@ -43,7 +43,7 @@ from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, check_adapter_dir, checked_max_prompt_tokens, context_length, prompt_limit,
     refuse, refuse_too_long, registered_path,
 )
-from sp_lightning.rollout.chat import encode_chats, special_token_strings
+from sp_lightning.rollout.chat import PromptEncoder
 from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy, weights_key
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
@@ -126,7 +126,7 @@ class HFRolloutWorker(RolloutWorker):
         self.loaded: OrderedDict[str, None] = OrderedDict()  # checkpoint ids, least recent first
         self.adapter_loads = 0
         self.adapter_load_seconds = 0.0
-        self.specials = special_token_strings(tokenizer)
+        self.prompts = PromptEncoder(tokenizer)
         if merge_learner is None:
             merge_learner = sum(p.numel() for p in model.parameters()) <= AUTO_MERGE_MAX_PARAMS
         self.merge_learner = merge_learner
@@ -312,7 +312,7 @@ class HFRolloutWorker(RolloutWorker):
     def encode_prompts(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
         """Each conversation's prompt ids, in one tokenizer call; model-written text in them cannot
         become special tokens (see ``chat``)."""
-        return encode_chats(self.tokenizer, conversations, self.specials)
+        return self.prompts.encode(conversations)
 
     def prompt_limit(self, sampling: SamplingSettings) -> int:
         """The longest prompt this worker sends: the model's context minus the completion

@@ -48,7 +48,7 @@ from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
 )
-from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
+from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
 
@@ -93,7 +93,7 @@ class ServerRolloutWorker(RolloutWorker):
                 raise ValueError(f"rollout.base_urls: {url!r} must start with http:// or https://")
         self.model = model
         self.tokenizer = tokenizer
-        self.specials = special_token_strings(tokenizer)
+        self.prompts = PromptEncoder(tokenizer)
         self.base_urls = [url.rstrip("/") for url in base_urls]
         self.served_model = served_model
         self.api_key_env, self.timeout, self.max_retries = api_key_env, timeout, max_retries
@@ -206,7 +206,7 @@ class ServerRolloutWorker(RolloutWorker):
 
     # ---- generation --------------------------------------------------------------------------
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
-        prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
+        prompts = self.prompts.encode([r.messages for r in requests])
         limit = prompt_limit(self.max_model_len, sampling, self.max_prompt_tokens)
         results, sendable = refuse_too_long(requests, prompts, limit)
         names = {p: self._served_name(p) for p in dict.fromkeys(requests[i].policy for i in sendable)}

@@ -62,7 +62,7 @@ from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
 )
-from sp_lightning.rollout.chat import encode_chats, end_of_turn_ids, special_token_strings
+from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,7 @@ class VLLMRolloutWorker(RolloutWorker):
         """
         self.model = model
         self.tokenizer = tokenizer
-        self.specials = special_token_strings(tokenizer)
+        self.prompts = PromptEncoder(tokenizer)
         self.policy_version = 0
         self.generated_tokens = 0
         self.adapter_loads = 0
@@ -359,7 +359,7 @@ class VLLMRolloutWorker(RolloutWorker):
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         from vllm.inputs import TokensPrompt
 
-        prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
+        prompts = self.prompts.encode([r.messages for r in requests])
         results, sendable = refuse_too_long(requests, prompts, self.prompt_limit(sampling))
         if sendable:
             self._engine()  # started before the watch begins, so that the watch sees it
@@ -432,7 +432,7 @@ class VLLMRolloutWorker(RolloutWorker):
         prompt + candidate (as the Hugging Face worker's ``completion_logprobs``)."""
         from vllm.inputs import TokensPrompt
 
-        prompts = encode_chats(self.tokenizer, [r.messages for r in requests], self.specials)
+        prompts = self.prompts.encode([r.messages for r in requests])
         out: list[list[float]] = [[] for _ in requests]
         if not any(completions[i] for i in range(len(requests))):
             return out
