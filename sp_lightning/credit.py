@@ -59,7 +59,9 @@ Where this departs from the papers:
    before it; hidden information and future chance are the real game's as of the copy (each
    copy draws new chance from its own seed), which keeps Q - V an unbiased advantage of the
    move. A return counts the role's own later step rewards too (penalties), each discounted by
-   the role's moves between the decision and it.
+   the role's moves between the decision and it; the move's own step reward is added to its
+   advantage as it is and kept out of V (an unbiased choice of baseline that leaves an invalid
+   move's penalty on that move in full, so legality is learnt as fast as with outcome credit).
 """
 
 from __future__ import annotations
@@ -329,14 +331,16 @@ class Branching:
 
 
 def continuation_return(rollout: Rollout, role: str, discount: float = 1.0, from_decision: bool = True) -> float:
-    """What a continuation gave ``role``: with ``from_decision`` its first move is the decision's
-    own move and counts in full; every later move's step reward and the outcome
-    (``rollout.rewards[role]``) are discounted by ``discount`` per own move between the decision
-    and them. From the position after the decision (``from_decision=False``), every own move of
-    the continuation is a later one."""
+    """What a continuation gave ``role`` after its decision: every later move's step reward and
+    the outcome (``rollout.rewards[role]``), each discounted by ``discount`` per own move between
+    the decision and it. With ``from_decision`` the continuation's first move is the decision's
+    own move (played from the position before it): it counts as a move, its step reward does not
+    (the real move's own reward is added to its advantage as it is, never averaged into V, so an
+    invalid move's penalty lands on that move in full). From the position after the decision
+    (``from_decision=False``) every own move of the continuation is a later one."""
     steps = rollout.steps_of(role)
-    value = float(steps[0].reward) if from_decision and steps else 0.0
     later = steps[1:] if from_decision else steps
+    value = 0.0
     for k, step in enumerate(later, start=1):
         value += discount ** k * float(step.reward)
     return value + discount ** len(later) * float(rollout.rewards.get(role, 0.0))
@@ -349,13 +353,15 @@ class ContinuationCredit(CreditAssigner):
     episode copies the game (``env.snapshot``) and plays ``continuations`` continuations from the
     position before the move and as many from the position after it, with the same seats'
     policies, as non-trainable sub-episodes whose model calls share the generate calls of
-    everything in flight. Then, with ``G`` a continuation's return (:func:`continuation_return`):
+    everything in flight. Then, with ``G`` a continuation's return after the decision
+    (:func:`continuation_return`: later step rewards and the outcome):
 
     - ``estimator="q_minus_v"``: ``A = r + mean G(after) - mean G(before)``, ``r`` the move's own
-      step reward; a move that ends the game uses the game's own outcome for Q;
+      step reward (an invalid move's penalty, in full: it is no part of V); a move that ends the
+      game uses the game's own outcome for Q;
     - ``estimator="td"``: continuations before each move only (half the cost):
-      ``A = r + discount * V(the role's next decision) - V(before)``, the real game's return
-      where there is no next decision with continuations.
+      ``A = r + discount * (r' + V(the role's next decision)) - V(before)``, ``r'`` the next
+      move's own reward, the real game's return where the next decision had no continuations.
 
     Decisions without continuations (``decisions`` < 1, or an episode that cannot branch) get
     RAE's advantage (``R - b[episode, role]``, with ``decay`` and ``discount``).
@@ -410,18 +416,22 @@ class ContinuationCredit(CreditAssigner):
         return advantages
 
     def _next_value(self, rollout: Rollout, later: list, role: str) -> float:
-        """td's discounted value of the role's next decision: its continuations' mean, or the
-        real game's return from there when it had none (none left: the outcome)."""
+        """td's target after a decision: the outcome if the role never moves again, else the
+        discounted next move's own reward plus what followed it (its continuations' mean, or the
+        real game's return from there when it had none)."""
         following = [step for _, _, step in later if step.role == role]
         if not following:
             return float(rollout.rewards[role])
-        values = following[0].info.get(CONTINUATIONS)
+        next_step = following[0]
+        values = next_step.info.get(CONTINUATIONS)
         if values is not None:
-            return self.discount * sum(values["before"]) / len(values["before"])
-        steps = rollout.steps_of(role)
-        start = next(i for i, step in enumerate(steps) if step is following[0])
-        tail = Rollout(rollout.episode, steps=steps[start:], rewards=rollout.rewards)
-        return self.discount * continuation_return(tail, role, self.discount)
+            after = sum(values["before"]) / len(values["before"])
+        else:
+            steps = rollout.steps_of(role)
+            start = next(i for i, step in enumerate(steps) if step is next_step)
+            after = continuation_return(Rollout(rollout.episode, steps=steps[start:], rewards=rollout.rewards),
+                                        role, self.discount)
+        return self.discount * (float(next_step.reward) + after)
 
     def state_dict(self) -> dict[str, Any]:
         return self.fallback.state_dict()

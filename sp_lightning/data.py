@@ -23,6 +23,7 @@ from __future__ import annotations
 import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
+from sp_lightning import distributed
 from sp_lightning.async_rollouts import AsyncRolloutSettings
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.engine import (
@@ -148,12 +149,12 @@ class SelfPlayDataModule(L.LightningDataModule):
                                "or by build_engine(module) outside a Trainer")
         return self._engine
 
-    def build_engine(self, module, rank: int = 0, fit: bool = False) -> Engine:
+    def build_engine(self, module, rank: int = 0, world_size: int = 1, fit: bool = False) -> Engine:
         """Build the run's engine on ``module``'s model, once (later calls return it). ``setup``
         calls it; ``sp-lightning evaluate``, ``rollout``, ``play`` and ``crossplay`` call it
         without a Trainer."""
         if self._engine is None:
-            self._engine = Engine(self.settings, module.model, module.tokenizer, rank=rank,
+            self._engine = Engine(self.settings, module.model, module.tokenizer, rank=rank, world_size=world_size,
                                   update_epochs=module.update_epochs, fit=fit)
             if self._restored is not None:
                 self._engine.load_state_dict(self._restored)
@@ -168,7 +169,8 @@ class SelfPlayDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         if self._engine is not None:  # setup runs again for validate after fit
             return
-        self.build_engine(self.trainer.lightning_module, rank=self.trainer.global_rank, fit=stage == "fit")
+        self.build_engine(self.trainer.lightning_module, rank=self.trainer.global_rank,
+                          world_size=self.trainer.world_size, fit=stage == "fit")
         self._engine.start()
 
     def teardown(self, stage: str) -> None:
@@ -186,9 +188,20 @@ class SelfPlayDataModule(L.LightningDataModule):
         return DataLoader(_EvalJobs(self.settings.games), batch_size=None, collate_fn=_identity)
 
     def state_dict(self) -> dict:
-        return self.engine.state_dict() if self._engine is not None else dict(self._restored or {})
+        """The engine's state (rank 0's at the top level); with several ranks every rank's too,
+        under ``ranks``: each played its own games from its own streams, and resumes them."""
+        state = self.engine.state_dict() if self._engine is not None else dict(self._restored or {})
+        ranks = distributed.gather(state)
+        return {**ranks[0], "ranks": ranks} if len(ranks) > 1 else state
 
     def load_state_dict(self, state: dict) -> None:
+        ranks = state.get("ranks")
+        if ranks is not None:
+            if len(ranks) != distributed.world_size():
+                raise ValueError(f"the checkpoint was written by {len(ranks)} data-parallel ranks, this run has "
+                                 f"{distributed.world_size()}: resume with as many ranks (trainer.devices x "
+                                 f"trainer.num_nodes) to continue every rank's games")
+            state = ranks[distributed.rank()]
         if self._engine is not None:
             self._engine.load_state_dict(state)
         else:  # applied when the engine is built (fit restores after setup; others may not)

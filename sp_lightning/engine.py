@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs import make_bots
+from sp_lightning import distributed
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena
 from sp_lightning.async_rollouts import AsyncCollector, AsyncRolloutSettings
@@ -44,7 +45,7 @@ from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
-from sp_lightning.types import as_policy
+from sp_lightning.types import LEARNER, as_policy
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +172,13 @@ class Engine:
         model: The policy the worker serves (the module's model).
         tokenizer: Its tokenizer.
         rank: This process's data-parallel rank (its games' streams; the episode log is rank 0's).
+        world_size: The number of data-parallel ranks (validation splits its games over them).
         update_epochs: Optimizer steps per batch (``model.update_epochs``), for the async lag bound.
         fit: Whether the engine serves a fit (asynchronous collection, the trainable-backend check).
     """
 
-    def __init__(self, settings: EngineSettings, model, tokenizer, *, rank: int = 0, update_epochs: int = 1,
-                 fit: bool = False):
+    def __init__(self, settings: EngineSettings, model, tokenizer, *, rank: int = 0, world_size: int = 1,
+                 update_epochs: int = 1, fit: bool = False):
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
         check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
@@ -191,7 +193,7 @@ class Engine:
         self.source = settings.source
         self.credit = settings.credit
         self.seed = settings.seed
-        self.rank = rank
+        self.rank, self.world_size = rank, world_size
         self.collector = (AsyncCollector(backend, settings.async_rollouts, self.play_next_batch, update_epochs)
                           if fit and settings.async_rollouts.enabled else None)
         self.worker: RolloutWorker = self.collector.worker if self.collector is not None else backend
@@ -200,9 +202,10 @@ class Engine:
                        if settings.eval.online_games else None)
         episode_log = (EpisodeLog(settings.episode_log, tokenizer=tokenizer)
                        if settings.episode_log.path is not None and rank == 0 else None)
+        bot_seed = rng_streams.rank_seed(settings.seed, rank)  # each rank's bots draw their own moves
         self.arena: Arena = settings.arena(
             worker=self.worker, sampling=settings.sampling, retry=settings.retry,
-            bots={**make_bots(settings.seed), **settings.source.bots(settings.seed)},
+            bots={**make_bots(bot_seed), **settings.source.bots(bot_seed)},
             remotes=settings.remote_models, credit=settings.credit, episodes_per_batch=settings.episodes_per_batch,
             seed=settings.seed, source=settings.source, episode_log=episode_log,
         )
@@ -248,15 +251,20 @@ class Engine:
         """The learner against the evaluation opponent in ``game`` (``data.eval``), and its
         exploitability where asked and the game has it: the metrics under ``prefix`` and a line
         that says them."""
-        from sp_lightning.evaluation.matches import evaluate
+        from sp_lightning.evaluation.matches import Match, play_matches, summarize
         from sp_lightning.evaluation.strategy import exploitability_metrics
 
         metrics: dict[str, float] = {}
         lines = []
         for index, opponent in enumerate([self.eval.opponent, *self.eval.also_against]):
-            result = evaluate(self.worker, game, opponent=opponent, sampling=self.eval_sampling(),
-                              games_per_seat=max(1, self.eval.games // len(game.agents)), seed=self.eval.seed,
-                              env_overrides=self.eval.env_overrides(), remotes=self.remotes)
+            # each rank plays its share of the games (every world_size-th of each seat, with the
+            # seeds they have in the whole match); the results are counted over every rank
+            match = Match(game, LEARNER, opponent, max(1, self.eval.games // len(game.agents)), self.eval.seed,
+                          self.eval.env_overrides(), shard=(self.rank, self.world_size))
+            (rollouts,) = play_matches(self.worker, [match], self.eval_sampling(), self.eval.seed, self.remotes)
+            played = sorted((g for part in distributed.gather(match.played(rollouts)) for g in part),
+                            key=lambda g: g.order)
+            result = summarize(played, str(match.tested), match.label, game.agents, seed=self.eval.seed)
             metrics.update(result.as_metrics(prefix if index == 0 else f"{prefix}/vs/{opponent_label(opponent)}"))
             lines.append(f"{game.name} vs {opponent}: {result.summary()}")
         line = "; ".join(lines)

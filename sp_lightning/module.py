@@ -25,6 +25,7 @@ from sp_lightning import rng as rng_streams
 from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
+from sp_lightning import distributed
 from sp_lightning.data import callbacks_of
 from sp_lightning.engine import engine_of
 from sp_lightning.model import PolicySettings, load_policy
@@ -239,6 +240,15 @@ def split_micro_batches(records: list[TrainingRecord], max_records: int, max_tok
 
 
 @dataclass(frozen=True)
+class _Counts:
+    """A batch's trained tokens, records and advantage sum over every rank."""
+
+    tokens: float
+    records: float
+    advantage_sum: float
+
+
+@dataclass(frozen=True)
 class _UpdateInputs:
     """What an update needs from the run beyond the records: the sampler's temperature (the
     trainer scales its logits as the sampler did) and whether the loss corrects for a sampler
@@ -416,14 +426,18 @@ class SelfPlayModule(L.LightningModule):
         records = batch.records
         self.last_batch = batch
         start = time.perf_counter()
-        if not records:  # every move came from bots or was empty: nothing to learn this step
+        # the counts over every rank: each rank's loss is normalised by them, so the gradients
+        # summed over the ranks are those of one process training on every rank's records
+        counts = _Counts(*distributed.sum_floats([sum(sum(r.action_mask) for r in records), len(records),
+                                                  sum(r.advantage for r in records)]))
+        if counts.records == 0:  # every move came from bots or was empty, on every rank: nothing to learn
             self._log_rollout(batch.metrics)
             return None
         # ---- update: loss over micro-batches, optimizer step(s) ----
         how = _UpdateInputs(temperature=float(engine.sampling.temperature),
                             importance_sampling=uses_importance_sampling(self.loss_settings, engine.worker))
         with engine.update_overlap():  # asynchronous collection plays the next batches meanwhile
-            totals, passes = self._update(opt, records, how)
+            totals, passes = self._update(opt, records, how, counts)
         if passes == 0:  # nothing learnt from this batch
             self._log_rollout(batch.metrics)
             return None
@@ -434,25 +448,26 @@ class SelfPlayModule(L.LightningModule):
         # earlier passes moved the policy from the one that played) ----
         elapsed = time.perf_counter() - start
         trained_tokens = passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
-        metrics = {f"train/{k}": v for k, v in totals.items()}
-        metrics["train/tokens_per_s"] = trained_tokens / max(elapsed, 1e-9)
-        metrics["train/update_seconds"] = elapsed
         # the whole step: playing the batch (timed by the arena; under asynchronous collection
         # only the wait for it, the rest overlapped the previous update) and learning from it
         played = batch.metrics.get("rollout/wait_seconds", batch.metrics.get("rollout/seconds", 0.0))
-        metrics["train/step_seconds"] = elapsed + played
-        metrics["train/records"] = float(len(records))
-        metrics["train/advantage_mean"] = sum(r.advantage for r in records) / len(records)
+        timing = distributed.mean_metrics({"train/tokens_per_s": trained_tokens / max(elapsed, 1e-9),
+                                           "train/update_seconds": elapsed, "train/step_seconds": elapsed + played})
+        metrics = {f"train/{k}": v for k, v in totals.items()}
+        metrics.update(timing)
+        metrics["train/records"] = counts.records
+        metrics["train/advantage_mean"] = counts.advantage_sum / counts.records
         s = self.loss_settings
         metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
         if s.magnet_coef:
             metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
         metrics["train/lr"] = opt.param_groups[0]["lr"]
-        self.log_dict(metrics, batch_size=len(records))
+        self.log_dict(metrics, batch_size=max(len(records), 1))
         self._log_rollout(batch.metrics)
         return None
 
-    def _update(self, opt, records: list[TrainingRecord], how: _UpdateInputs) -> tuple[dict[str, float], int]:
+    def _update(self, opt, records: list[TrainingRecord], how: _UpdateInputs,
+                counts: _Counts) -> tuple[dict[str, float], int]:
         """``update_epochs`` passes over the records, each ending in an optimizer step; returns
         the last completed pass's diagnostics and how many passes stepped."""
         # collated once, reused by every pass; with several passes each micro-batch's legal-move
@@ -465,22 +480,33 @@ class SelfPlayModule(L.LightningModule):
             for chunk in split_micro_batches(ordered, self.micro_batch_size, self.micro_batch_tokens,
                                              self.max_train_tokens)
         ]
-        num_tokens = sum(sum(r.action_mask) for r in records)
         totals: dict[str, float] = {}
         passes = 0  # passes that ended in an optimizer step
         for _ in range(self.update_epochs):
-            pass_totals = self._accumulate_gradients(micro_batches, num_tokens, len(records), how)
+            pass_totals = self._accumulate_gradients(micro_batches, counts, how)
             if not self._optimizer_step(opt, records, pass_totals):
                 break  # keep what the earlier passes learnt, if any
             totals, passes = pass_totals, passes + 1
         return totals, passes
 
-    def _accumulate_gradients(self, micro_batches: list[_MicroBatch], num_tokens: int,
-                              num_records: int, how: _UpdateInputs) -> dict[str, float]:
-        """One pass of the loss over the batch's micro-batches, the gradients accumulated for one
-        optimizer step; returns the pass's diagnostics (token-weighted) and its summed loss."""
-        s = self.loss_settings
+    def _accumulate_gradients(self, micro_batches: list[_MicroBatch], counts: _Counts,
+                              how: _UpdateInputs) -> dict[str, float]:
+        """One pass of the loss over this rank's micro-batches, then the gradients summed over the
+        ranks once (distributed.sum_gradients), ready for one optimizer step; returns the pass's
+        diagnostics (token-weighted over every rank) and its summed loss. A rank with fewer or no
+        micro-batches does fewer or no backward passes: the one collective follows them."""
         totals: dict[str, float] = {}
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        with distributed.local_backward(strategy):
+            self._backward_passes(micro_batches, counts, how, totals)
+        distributed.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
+        return distributed.sum_metrics(totals)
+
+    def _backward_passes(self, micro_batches: list[_MicroBatch], counts: _Counts, how: _UpdateInputs,
+                         totals: dict[str, float]) -> None:
+        """The loss and backward pass of each micro-batch, its diagnostics added to ``totals``."""
+        num_tokens, num_records = counts.tokens, counts.records
+        s = self.loss_settings
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
         importance_sampling = how.importance_sampling
         for micro in micro_batches:
@@ -525,7 +551,6 @@ class SelfPlayModule(L.LightningModule):
             for key, value in diag.items():
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
-        return totals
 
     def _optimizer_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> bool:
         """Clip and step on the accumulated gradients (``totals`` gains ``grad_norm``); a
@@ -552,9 +577,9 @@ class SelfPlayModule(L.LightningModule):
         opt.zero_grad(set_to_none=True)
         self.nonfinite_in_a_row += 1
         self.nonfinite_steps += 1
-        advantages = [r.advantage for r in records]
-        rewards = [r.reward for r in records]
-        detail = (f"loss {totals['loss']}, grad norm {totals['grad_norm']}; the batch: {len(records)} "
+        advantages = [r.advantage for r in records] or [math.nan]  # a rank may have trained on none
+        rewards = [r.reward for r in records] or [math.nan]
+        detail = (f"loss {totals['loss']}, grad norm {totals['grad_norm']}; this rank's batch: {len(records)} "
                   f"records, rewards in [{min(rewards):.3g}, {max(rewards):.3g}], advantages in "
                   f"[{min(advantages):.3g}, {max(advantages):.3g}], policy versions "
                   f"{sorted({r.policy_version for r in records})}")
@@ -607,6 +632,8 @@ class SelfPlayModule(L.LightningModule):
         return ids
 
     def _log_rollout(self, metrics: dict[str, float]) -> None:
+        """The batch's play metrics, averaged over the ranks (each played its own games)."""
+        metrics = distributed.mean_metrics(metrics)
         own_prefix = ("rollout/", "credit/", "online_eval/")  # logged under their own names
         games = {k: v for k, v in metrics.items() if not k.startswith(own_prefix)}
         self.log_dict({f"games/{k}": v for k, v in games.items()}, batch_size=1)
@@ -615,12 +642,14 @@ class SelfPlayModule(L.LightningModule):
     # ---- evaluation ---------------------------------------------------------------------------
     def validation_step(self, game, batch_idx):
         metrics, line = self.engine.validate(game, f"val/{game.name}")
-        self.log_dict(metrics, batch_size=1)
+        # the same figures on every rank (counted over all of them): sync_dist only says so
+        self.log_dict(metrics, batch_size=1, sync_dist=True)
         self.print(f"[eval step {self.global_step}] {line}")
 
     # ---- checkpoints: only what was trained -----------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rng_states"] = rng_streams.global_states()
+        states = distributed.gather(rng_streams.global_states())  # every rank samples from its own
+        checkpoint["rng_states"] = states[0] if len(states) == 1 else states
         if not self.uses_adapter:
             return
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
@@ -628,7 +657,13 @@ class SelfPlayModule(L.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
-        self._resumed_rng_states = checkpoint.get("rng_states")
+        states = checkpoint.get("rng_states")
+        if isinstance(states, list):  # one per data-parallel rank
+            if len(states) != distributed.world_size():
+                raise ValueError(f"the checkpoint was written by {len(states)} data-parallel ranks, this run has "
+                                 f"{distributed.world_size()}: resume with as many ranks")
+            states = states[distributed.rank()]
+        self._resumed_rng_states = states
 
     def on_train_start(self) -> None:
         """A resumed run continues the random streams of the run that saved the checkpoint, so
@@ -639,6 +674,8 @@ class SelfPlayModule(L.LightningModule):
         states, self._resumed_rng_states = self._resumed_rng_states, None
         if states is not None:
             rng_streams.set_global_states(states)
+        elif distributed.world_size() > 1:  # the ranks were seeded alike: each samples its own moves
+            rng_streams.seed_rank(distributed.rank())
         self.engine.worker.sync_weights(self.global_step)
         self.engine.on_train_start()
 

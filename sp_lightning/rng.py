@@ -38,6 +38,22 @@ def set_global_states(states: dict[str, Any]) -> None:
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached))
 
 
+def rank_seed(seed: int | None, rank: int) -> int | None:
+    """A seed of data-parallel rank ``rank`` from the run's ``seed``: the seed itself on rank 0
+    (a one-process run is unchanged), another for each other rank."""
+    return seed if rank == 0 or seed is None else (seed * 1_000_003 + rank) % 2**31
+
+
+def seed_rank(rank: int) -> None:
+    """Reseed the process-wide streams for data-parallel rank ``rank`` from the seed they were
+    given (``seed_everything`` seeds every rank alike): otherwise the ranks would sample the same
+    completions wherever their games show the same prompt."""
+    seed = (torch.initial_seed() * 1_000_003 + rank) % 2**32
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
 def object_state(obj: Any) -> Any | None:
     """The state of ``obj.rng``, or None when it has no generator we know."""
     rng = getattr(obj, "rng", None)

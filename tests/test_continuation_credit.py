@@ -24,12 +24,12 @@ def _step(role, reward=0.0, continuations=None, trainable=True):
 
 def test_a_continuation_return_discounts_by_the_roles_own_moves():
     """Role x moves three times, penalties -3, 0, -2, outcome +1, discount 0.5. From the decision
-    (its first move counts in full): -3 + 0.5*0 + 0.25*(-2) + 0.25*1 = -3.25. From after it (all
-    three moves are later ones): 0.5*(-3) + 0.25*0 + 0.125*(-2) + 0.125*1 = -1.625. The other
-    role's steps do not count."""
+    (its first move is the decision's: counted as a move, its penalty left to the real move):
+    0.5*0 + 0.25*(-2) + 0.25*1 = -0.25. From after it (all three moves are later ones):
+    0.5*(-3) + 0.25*0 + 0.125*(-2) + 0.125*1 = -1.625. The other role's steps do not count."""
     rollout = Rollout("g", steps=[_step("x", -3.0), _step("o", -9.0), _step("x", 0.0), _step("x", -2.0)],
                       rewards={"x": 1.0, "o": -1.0})
-    assert continuation_return(rollout, "x", 0.5) == pytest.approx(-3.25)
+    assert continuation_return(rollout, "x", 0.5) == pytest.approx(-0.25)
     assert continuation_return(rollout, "x", 0.5, from_decision=False) == pytest.approx(-1.625)
     assert continuation_return(Rollout("g", rewards={"x": 1.0}), "x", 0.5) == 1.0  # cut off at once: the outcome
 

@@ -130,6 +130,7 @@ def play(
     env_overrides: dict | None = None,
     remotes: dict | None = None,
     exclude_opponent_forfeits: bool = False,
+    shard: tuple[int, int] = (0, 1),
 ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
     """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat; the result and
     ``(policy's seat, rollout)`` of every game (for ratings).
@@ -138,11 +139,14 @@ def play(
     ``remote:<name>`` plays the model ``remotes[name]`` (a :class:`RemoteModel`) serves.
     ``exclude_opponent_forfeits`` leaves the games the opponents lost by their own invalid move
     out of the result's figures (they are still counted, and still in the games returned).
+    ``shard=(k, n)`` plays only the games ``k, k + n, ...`` of each seat, with the seeds they have
+    in the whole match (a data-parallel rank's share: see :func:`played_games`).
     """
-    match = Match(game, policy, opponent, games_per_seat, seed, env_overrides)
-    games = match.games(play_matches(worker, [match], sampling, seed, remotes)[0])
-    result = summarize(games, str(match.tested), match.label, game.agents, exclude_opponent_forfeits, seed)
-    return result, games
+    match = Match(game, policy, opponent, games_per_seat, seed, env_overrides, shard)
+    rollouts = play_matches(worker, [match], sampling, seed, remotes)[0]
+    result = summarize(match.played(rollouts), str(match.tested), match.label, game.agents,
+                       exclude_opponent_forfeits, seed)
+    return result, match.games(rollouts)
 
 
 @dataclass
@@ -155,6 +159,8 @@ class Match:
     games_per_seat: int
     seed: int
     env_overrides: dict | None = None
+    shard: tuple[int, int] = (0, 1)
+    """(k, n): only the games k, k + n, ... of each seat (a data-parallel rank's share)."""
     # derived in __post_init__: the tested policy, the opponents' label, and every game's
     # episode, seed and tested seat
     tested: PolicyRef = field(init=False)
@@ -162,6 +168,7 @@ class Match:
     episodes: list = field(init=False, repr=False)
     seeds: list[int] = field(init=False, repr=False)
     tested_seats: list[str] = field(init=False, repr=False)
+    orders: list[tuple[int, int]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         game = self.game
@@ -176,17 +183,23 @@ class Match:
         if self.games_per_seat < 1:
             raise ValueError(f"evaluate: games_per_seat: expected >= 1, got {self.games_per_seat}")
         self.label = str(others[0]) if len(set(others)) == 1 else ",".join(map(str, others))
-        self.episodes, self.seeds, self.tested_seats = [], [], []
+        self.episodes, self.seeds, self.tested_seats, self.orders = [], [], [], []
+        first, step = self.shard
         for s, seat in enumerate(game.agents):
             rest = iter(others)
             seats = {a: (self.tested if a == seat else next(rest)) for a in game.agents}
-            for i in range(self.games_per_seat):
+            for i in range(first, self.games_per_seat, step):
                 self.episodes.append(game.episode(seats, **(self.env_overrides or {})))
                 self.seeds.append(self.seed + s * SEAT_STRIDE + i)
                 self.tested_seats.append(seat)
+                self.orders.append((s, i))
 
     def games(self, rollouts: list[Rollout]) -> list[tuple[str, Rollout]]:
         return list(zip(self.tested_seats, rollouts))
+
+    def played(self, rollouts: list[Rollout]) -> list[PlayedGame]:
+        """The match's games as :class:`PlayedGame` records, each with its place in the match."""
+        return [PlayedGame.of(seat, rollout, order) for seat, rollout, order in zip(self.tested_seats, rollouts, self.orders)]
 
     def requests(self) -> list[EpisodeRequest]:
         """The match's episodes with their seeds, as an arena plays them."""
@@ -222,23 +235,42 @@ def split_by_match(matches: list[Match], rollouts: list[Rollout]) -> list[list[R
     return out
 
 
-def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agents: list[str],
+@dataclass(frozen=True)
+class PlayedGame:
+    """What an evaluation reads of one game, from the tested policy's seat: small enough to
+    gather from every data-parallel rank. ``order`` places it among the match's games (seat,
+    then game index), so a split evaluation sums to the one-process one in the same order."""
+
+    seat: str
+    payoff: float
+    moves: int
+    legal_moves: int
+    opponent_forfeit: bool
+    order: tuple[int, int] = (0, 0)
+
+    @classmethod
+    def of(cls, seat: str, rollout: Rollout, order: tuple[int, int] = (0, 0)) -> PlayedGame:
+        steps = rollout.steps_of(seat)
+        return cls(seat, rollout.outcome.get(seat, 0.0), len(steps),
+                   sum(not step.info.get("invalid_move", False) for step in steps),
+                   opponent_forfeited(seat, rollout), order)
+
+
+def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, opponent: str, agents: list[str],
               exclude_opponent_forfeits: bool = False, seed: int = 0) -> EvalResult:
-    """Win/draw/loss, payoff and legal-move rate of the policy in ``seat`` of each rollout;
-    ``seed`` seeds the payoff's bootstrap interval. With ``exclude_opponent_forfeits``, games
-    the opponents lost by their own invalid move are counted apart and left out of the rest."""
-    forfeited = [opponent_forfeited(seat, rollout) for seat, rollout in games]
+    """Win/draw/loss, payoff and legal-move rate of the policy in each game's seat (games as
+    :class:`PlayedGame`, or ``(seat, rollout)``); ``seed`` seeds the payoff's bootstrap interval.
+    With ``exclude_opponent_forfeits``, games the opponents lost by their own invalid move are
+    counted apart and left out of the rest."""
+    games = [g if isinstance(g, PlayedGame) else PlayedGame.of(*g) for g in games]
+    forfeits = sum(g.opponent_forfeit for g in games)
     if exclude_opponent_forfeits:
-        games = [g for g, f in zip(games, forfeited) if not f]
-    payoffs, legal, moves = [], 0, 0
+        games = [g for g in games if not g.opponent_forfeit]
+    payoffs = [g.payoff for g in games]
     seat_wins: dict[str, list[float]] = {a: [] for a in agents}
-    for seat, rollout in games:
-        payoff = rollout.outcome.get(seat, 0.0)
-        payoffs.append(payoff)
-        seat_wins[seat].append(float(payoff > 0))
-        for step in rollout.steps_of(seat):
-            moves += 1
-            legal += not step.info.get("invalid_move", False)
+    for g in games:
+        seat_wins[g.seat].append(float(g.payoff > 0))
+    legal, moves = sum(g.legal_moves for g in games), sum(g.moves for g in games)
     mean, ci = bootstrap_mean_interval(payoffs, seed=seed)
     return EvalResult(
         policy=policy,
@@ -251,7 +283,7 @@ def summarize(games: list[tuple[str, Rollout]], policy: str, opponent: str, agen
         payoff_ci=ci,
         legal_move_rate=legal / max(moves, 1),
         per_seat_win_rate={a: sum(w) / max(len(w), 1) for a, w in seat_wins.items()},
-        opponent_forfeits=sum(forfeited),
+        opponent_forfeits=forfeits,
         excludes_opponent_forfeits=exclude_opponent_forfeits,
         payoffs=payoffs,
     )

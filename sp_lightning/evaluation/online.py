@@ -59,7 +59,7 @@ def online_metrics(matches: list[Match], rollouts: list[Rollout]) -> dict[str, f
     of their episodes)."""
     out: dict[str, float] = {}
     for match, played in zip(matches, split_by_match(matches, rollouts)):
-        result = summarize(match.games(played), str(match.tested), match.label, match.game.agents, seed=match.seed)
+        result = summarize(match.played(played), str(match.tested), match.label, match.game.agents, seed=match.seed)
         out.update(result.as_metrics(f"online_eval/{match.game.name}"))
         out[f"online_eval/{match.game.name}/games"] = float(result.games)
     return out

@@ -21,6 +21,16 @@ Resume: the registry's content is saved in the Lightning checkpoint and written 
 so a killed run continues with the league as it was at its last checkpoint (the matchmaker's
 state travels with the datamodule's). Adapters of pruned checkpoints are deleted only once a
 Lightning checkpoint that no longer names them has been written.
+
+Several data-parallel ranks: rank 0 (the lead) alone owns the league on disk. Every step each
+rank hands the lead its games (one gather), the lead records them all, promotes, prunes,
+evaluates, and sends every rank the step's news in one broadcast: the league's agents, which
+checkpoints joined or left, and the metrics. Every rank then refreshes its sampler from the same
+league and logs the same metrics; each rank's matchmaking draws from its own stream (its games'
+RNG). The weights are the same on every rank, so a follower saves its own copy of a promoted
+adapter in a private temporary directory (no shared file system needed); on start it receives the
+adapters of the league's checkpoints from the lead. With one process the same code runs with the
+collectives as no-ops.
 """
 
 from __future__ import annotations
@@ -31,14 +41,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter, defaultdict
 from typing import Any
 
 import lightning as L
 
+from sp_lightning import distributed
 from sp_lightning.engine import engine_of
 from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
-from sp_lightning.league.registry import AgentRecord, LeagueRegistry
+from sp_lightning.league.registry import AgentRecord, LeagueRegistry, LeagueState
 from sp_lightning.league.sampler import LeagueSampler
 from sp_lightning.league.settings import DEFAULT_BASELINES, LeagueSettings, baseline_policy
 from sp_lightning.types import LEARNER_ID
@@ -68,8 +80,26 @@ class LeagueCallback(L.Callback):
         self.process: subprocess.Popen | None = None
         self.process_spec: str | None = None
         self._restore: dict | None = None
+        self.lead = True  # rank 0 owns the league on disk (set again when training starts)
+        self.copies: str | None = None  # a follower's own adapter copies
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self.lead = trainer.global_rank == 0
+        if self.lead:
+            self._open_league(trainer)
+            state = self.registry.read()
+            news = {"agents": _agents_of(state), "adapters": self._adapter_files(state)}
+        else:
+            news = None
+        news = distributed.broadcast(news)
+        worker = engine_of(trainer).worker
+        state = _state_of(news)
+        for agent in (a for a in state.agents.values() if a.type == "checkpoint"):
+            worker.register_adapter(agent.id, self._own_copy(agent, news["adapters"]))
+        self._refresh(state=state)
+
+    def _open_league(self, trainer) -> None:
+        """The lead's league on disk: restored from the checkpoint on resume, else a new one."""
         os.makedirs(os.path.join(self.dir, "adapters"), exist_ok=True)
         if self._restore is not None:
             self.registry.restore(self._restore["registry"])
@@ -78,18 +108,46 @@ class LeagueCallback(L.Callback):
             if "pooler" in self._restore:  # absent in checkpoints from before games_per_match
                 self.pooler.load_state_dict(self._restore["pooler"])
             self._restore = None
-        else:
-            if self.registry.read().agents:
-                raise ValueError(f"league.dir {self.dir!r} already holds a league; resume its run with "
-                                 f"--ckpt_path, or give this run another league.dir")
-            for name in self.baselines:
-                self.registry.add_agent(AgentRecord(id=name, type="baseline", policy=baseline_policy(name)))
-            self.registry.add_agent(AgentRecord(id=LEARNER_ID, type=LEARNER_ID, policy=LEARNER_ID, step=0))
-            self._event(trainer, f"league started in {self.dir} with {', '.join(self.baselines)}")
-        worker = engine_of(trainer).worker
-        for agent in self.registry.agents(type="checkpoint"):
-            worker.register_adapter(agent.id, agent.adapter_path)
-        self._refresh()
+            return
+        if self.registry.read().agents:
+            raise ValueError(f"league.dir {self.dir!r} already holds a league; resume its run with "
+                             f"--ckpt_path, or give this run another league.dir")
+        for name in self.baselines:
+            self.registry.add_agent(AgentRecord(id=name, type="baseline", policy=baseline_policy(name)))
+        self.registry.add_agent(AgentRecord(id=LEARNER_ID, type=LEARNER_ID, policy=LEARNER_ID, step=0))
+        self._event(trainer, f"league started in {self.dir} with {', '.join(self.baselines)}")
+
+    def _adapter_files(self, state: LeagueState) -> dict[str, dict[str, bytes]] | None:
+        """The lead's adapter files of every checkpoint in the league, for the followers (None
+        with one process: nothing to send)."""
+        if distributed.world_size() == 1:
+            return None
+        files: dict[str, dict[str, bytes]] = {}
+        for agent in (a for a in state.agents.values() if a.type == "checkpoint"):
+            files[agent.id] = {}
+            for folder, _, names in os.walk(agent.adapter_path):
+                for name in names:
+                    path = os.path.join(folder, name)
+                    with open(path, "rb") as f:
+                        files[agent.id][os.path.relpath(path, agent.adapter_path)] = f.read()
+        return files
+
+    def _own_copy(self, agent: AgentRecord, files: dict[str, dict[str, bytes]] | None) -> str:
+        """Where this rank loads ``agent``'s adapter from: the league's own path on the lead, a
+        copy of the lead's files in the follower's directory otherwise."""
+        if self.lead:
+            return agent.adapter_path
+        path = os.path.join(self._copies_dir(), agent.id)
+        for relative, data in files[agent.id].items():
+            os.makedirs(os.path.dirname(os.path.join(path, relative)), exist_ok=True)
+            with open(os.path.join(path, relative), "wb") as f:
+                f.write(data)
+        return path
+
+    def _copies_dir(self) -> str:
+        if self.copies is None:
+            self.copies = tempfile.mkdtemp(prefix=f"sp_lightning-league-rank{distributed.rank()}-")
+        return self.copies
 
     def state_dict(self) -> dict[str, Any]:
         return {"registry": self.registry.snapshot_dict(), "best_learner_rating": self.best_learner_rating,
@@ -104,14 +162,28 @@ class LeagueCallback(L.Callback):
     # ---- every step ---------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        matches, buckets, results = self.sampler.drain()
+        drained = distributed.gather(self.sampler.drain())  # every rank's games, on every rank
+        news = self._lead_step(trainer, pl_module, step, drained) if self.lead else None
+        news = distributed.broadcast(news)
+        if not self.lead:
+            self._follow(trainer, pl_module, news)
+        metrics = dict(news["metrics"])
+        metrics.update(self._refresh(step, _state_of(news)))
+        pl_module.log_dict(metrics, batch_size=1)
+
+    def _lead_step(self, trainer, pl_module, step: int, drained: list) -> dict[str, Any]:
+        """The lead's part of a step: every rank's games recorded, the schedule's promotions and
+        prunes, the evaluator and exploitability; returns the news for every rank."""
+        matches = [m for part in drained for m in part[0]]
+        buckets = [b for part in drained for b in part[1]]
+        results = [r for part in drained for r in part[2]]
         if matches:
             rated = self.pooler.add(matches)
             if rated:
                 self.registry.record_matches(rated, step=step, source="train")
         metrics = self._mix_and_results(buckets, results)
         state = self.registry.read()
-        promoted_or_pruned = self._promote_and_prune(trainer, step, state)
+        promoted, pruned = self._promote_and_prune(trainer, step, state)
         self._delete_pruned()
         evaluated = self._poll_evaluator(trainer)
         metrics.update(evaluated)
@@ -119,8 +191,22 @@ class LeagueCallback(L.Callback):
             self._start_evaluator(trainer, pl_module, step)
         if self.exploitability_every and step % self.exploitability_every == 0:
             metrics.update(self._exploitability(trainer))
-        metrics.update(self._refresh(step, None if promoted_or_pruned or evaluated else state))
-        pl_module.log_dict(metrics, batch_size=1)
+        if promoted or pruned or evaluated:
+            state = self.registry.read()
+        return {"agents": _agents_of(state), "promoted": promoted, "pruned": pruned, "metrics": metrics}
+
+    def _follow(self, trainer, pl_module, news: dict[str, Any]) -> None:
+        """A follower's part of a step: its own copy of each promoted adapter (the same weights
+        as the lead's), the pruned ones forgotten and deleted (the lead keeps the files that a
+        resume needs)."""
+        worker = engine_of(trainer).worker
+        for agent_id in news["promoted"]:
+            path = os.path.join(self._copies_dir(), agent_id)
+            pl_module.save_adapter(path)
+            worker.register_adapter(agent_id, path)
+        for agent_id in news["pruned"]:
+            worker.forget_adapter(agent_id)
+            shutil.rmtree(os.path.join(self._copies_dir(), agent_id), ignore_errors=True)
 
     def _mix_and_results(self, buckets: list[str], results: list[tuple[str, float]]) -> dict[str, float]:
         metrics = {}
@@ -134,14 +220,16 @@ class LeagueCallback(L.Callback):
                 metrics[f"league/win_rate/{kind}"] = sum(v > 0 for v in values) / len(values)
         return metrics
 
-    def _promote_and_prune(self, trainer, step: int, state) -> bool:
-        """Promote the learner and prune checkpoints by the schedule; True if the league changed."""
+    def _promote_and_prune(self, trainer, step: int, state) -> tuple[list[str], list[str]]:
+        """Promote the learner and prune checkpoints by the schedule; returns the ids of the
+        checkpoint added (if any) and of those pruned."""
         league = state.agents
         checkpoints = [a for a in league.values() if a.type == "checkpoint"]
         learner = league[LEARNER_ID]
         rating = learner.mu
         new_best = self.best_learner_rating is not None and rating > self.best_learner_rating + self.schedule.elite_margin
         tags = self.schedule.tags(step, new_best)
+        promoted = []
         if tags:
             agent_id = f"ckpt-{step:06d}"
             path = os.path.join(self.dir, "adapters", agent_id)
@@ -159,13 +247,14 @@ class LeagueCallback(L.Callback):
             if self.best_learner_rating is None or new_best:
                 self.best_learner_rating = rating
             self._event(trainer, f"step {step}: {agent_id} added ({', '.join(tags)}), rating {rating:.2f}")
+            promoted.append(agent_id)
         pruned = [agent for agent in checkpoints if not self.schedule.keeps(agent.step, agent.tags, step)]
         for agent in pruned:
             self.registry.remove_agent(agent.id)
             engine_of(trainer).worker.forget_adapter(agent.id)
             self.pruned.append((step, agent.adapter_path))
             self._event(trainer, f"step {step}: {agent.id} left the league (older than the recent window)")
-        return bool(tags or pruned)
+        return promoted, [agent.id for agent in pruned]
 
     def _warn_if_adapters_thrash(self, worker, checkpoints: int) -> None:
         """Once per run: a league with more checkpoints than the worker holds reloads adapters
@@ -188,7 +277,7 @@ class LeagueCallback(L.Callback):
                 keep.append((pruned_at, path))
         self.pruned = keep
 
-    def _refresh(self, step: int | None = None, state=None) -> dict[str, float]:
+    def _refresh(self, step: int | None = None, state: LeagueState | None = None) -> dict[str, float]:
         """A league view for the sampler (``state``, or read now), and the ratings to log."""
         state = state if state is not None else self.registry.read()
         learner = state.agents[LEARNER_ID]
@@ -273,10 +362,17 @@ class LeagueCallback(L.Callback):
             metrics = self._poll_evaluator(trainer, wait=True)
             if trainer.logger is not None and metrics:
                 trainer.logger.log_metrics(metrics, step=trainer.global_step)
+        self._remove_copies()
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         if self.process is not None:
             self.process.terminate()
+        self._remove_copies()
+
+    def _remove_copies(self) -> None:
+        if self.copies is not None:
+            shutil.rmtree(self.copies, ignore_errors=True)
+            self.copies = None
 
     # ---- exploitability -----------------------------------------------------------------------
     def _exploitability(self, trainer) -> dict[str, float]:
@@ -303,6 +399,17 @@ class LeagueCallback(L.Callback):
         experiment = getattr(trainer.logger, "experiment", None)
         if hasattr(experiment, "add_text"):
             experiment.add_text("league/events", text, global_step=trainer.global_step)
+
+
+def _agents_of(state: LeagueState) -> dict[str, Any]:
+    """The league's members and metadata as plain data, what every rank's sampler is refreshed
+    from (the match history stays on the lead's disk)."""
+    return {"metadata": dict(state.metadata), "agents": {k: a.to_dict() for k, a in state.agents.items()}}
+
+
+def _state_of(news: dict[str, Any]) -> LeagueState:
+    return LeagueState.from_dict({"schema_version": LeagueState.empty().schema_version, **news["agents"]},
+                                 where="the lead's league")
 
 
 FORMER_LEARNER_ID = "hero"

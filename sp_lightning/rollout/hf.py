@@ -198,7 +198,12 @@ class HFRolloutWorker(RolloutWorker):
         while len(self.loaded) >= self.max_adapters:
             self._unload(next(iter(self.loaded)))
         start = time.perf_counter()
-        self.model.load_adapter(path, adapter_name=_peft_name(name))
+        # peft initialises the new adapter's weights (randomly) before loading the saved ones:
+        # on forked streams, so that when an adapter loads never changes what the run samples
+        # (a resumed run loads its league's adapters at other moments than the unbroken run)
+        device = self.model.device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
+            self.model.load_adapter(path, adapter_name=_peft_name(name))
         self.adapter_load_seconds += time.perf_counter() - start
         self.model.base_model.set_adapter(LEARNER_ADAPTER)  # loading must not change what trains
         self.loaded[name] = None

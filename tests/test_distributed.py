@@ -1,0 +1,287 @@
+"""Data-parallel fits on real processes (Lightning's DDP strategy on gloo, torchrun for two
+"nodes" on loopback): the gradient of N ranks is the gradient of one rank on all their records,
+no rank can leave another waiting, the league has one owner, and a killed run resumes exactly.
+
+Each fit is ``sp-lightning fit`` in a subprocess (Lightning starts the other ranks by running the
+same command again); ``tests/distributed_doubles.py`` holds the recorder callback and the arena
+that replays recorded records, which the fits load by class path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import free_ports
+
+pytestmark = pytest.mark.slow  # several multi-process fits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "configs")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+       "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+FIT = [sys.executable, "-m", "sp_lightning.cli", "fit"]
+
+
+def _yaml(value) -> str:
+    return json.dumps(value)  # JSON is YAML
+
+
+def _overlay(root, devices: int, extra: dict | None = None) -> str:
+    """Trainer settings of a test fit: ``devices`` CPU processes (DDP when more than one), the
+    recorder, no logger; ``extra`` is merged in (nested dicts replace whole keys)."""
+    extra = json.loads(json.dumps(extra or {}))
+    callbacks = extra.get("trainer", {}).pop("callbacks", [])
+    config = {
+        "trainer": {"accelerator": "cpu", "devices": devices, "strategy": "ddp" if devices > 1 else "auto",
+                    "default_root_dir": str(root), "logger": False, "enable_checkpointing": bool(callbacks),
+                    "num_sanity_val_steps": 0, "limit_val_batches": 0, "enable_progress_bar": False,
+                    "callbacks": [{"class_path": "tests.distributed_doubles.RankRecorder",
+                                   "init_args": {"dir": str(root)}}, *callbacks]},
+    }
+    for section, values in extra.items():
+        config.setdefault(section, {}).update(values)
+    path = root / "overlay.yaml"
+    path.write_text(_yaml(config))
+    return str(path)
+
+
+def _fit(config: str, root, devices: int, extra: dict | None = None, *args: str, timeout: int = 600):
+    root.mkdir(parents=True, exist_ok=True)
+    command = [*FIT, "--config", os.path.join(CONFIGS, config), "--config", _overlay(root, devices, extra), *args]
+    result = subprocess.run(command, env=ENV, cwd=root, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return result
+
+
+def _lines(root, rank: int) -> list[dict]:
+    with open(root / f"rank{rank}.jsonl") as f:
+        return [json.loads(line) for line in f]
+
+
+# ---- the gradient: N ranks x B records == 1 rank x N*B records -------------------------------------
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """32 records of Kuhn Poker played by the tiny model (real games, credit assigned), pickled."""
+    from sp_lightning import build_from_config
+
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"),
+                                   "--data.episodes_per_batch", "16")
+    engine = dm.build_engine(module)
+    engine.start()
+    try:
+        records = engine.next_batch().records
+    finally:
+        engine.close()
+    assert len(records) >= 16 and len({r.advantage for r in records}) > 1
+    path = tmp_path_factory.mktemp("records") / "records.pkl"
+    with open(path, "wb") as f:
+        pickle.dump(records, f)
+    return str(path), len(records)
+
+
+def _replay(records: str, shares=None, nonfinite_rank=None, micro_batch_size: int = 4) -> dict:
+    """Config keys that make every batch the recorded records (split by ``shares``), trained in
+    micro-batches of ``micro_batch_size`` records: one optimizer step per batch."""
+    return {"data": {"arena": {"class_path": "tests.distributed_doubles.RecordedRecordsArena",
+                               "init_args": {"records": records, "shares": shares, "nonfinite_rank": nonfinite_rank}}},
+            "model": {"micro_batch_size": micro_batch_size}}
+
+
+def _gradients(root, rank: int) -> dict[str, torch.Tensor]:
+    return torch.load(root / f"grad-rank{rank}.pt")
+
+
+def _assert_close(ours: dict, theirs: dict, tolerance: float = 1e-5) -> None:
+    assert ours.keys() == theirs.keys() and ours
+    worst = max(float((ours[k] - theirs[k]).abs().max()) for k in ours)
+    assert worst <= tolerance, f"gradients differ by up to {worst:.3g}"
+    assert any(float(g.abs().max()) > 1e-4 for g in ours.values()), "a gradient of zeros proves nothing"
+
+
+def test_two_ranks_give_the_gradient_of_one_rank_training_on_both_ranks_records(tmp_path, recorded):
+    path, count = recorded
+    alone, pair = tmp_path / "one", tmp_path / "two"
+    _fit("kuhn_poker_tiny.yaml", alone, 1, _replay(path), "--trainer.max_steps", "1")
+    _fit("kuhn_poker_tiny.yaml", pair, 2, _replay(path), "--trainer.max_steps", "1")
+    # each rank trained on its half (several micro-batches each), the loss normalised over both
+    assert [line["records"] for line in _lines(pair, 0) + _lines(pair, 1)] == [(count + 1) // 2, count // 2]
+    for rank in (0, 1):
+        _assert_close(_gradients(pair, rank), _gradients(alone, 0))
+    assert _lines(pair, 0)[0]["weights"] == _lines(pair, 1)[0]["weights"], "the ranks stepped alike"
+
+
+def test_a_rank_with_no_records_takes_part_and_nobody_waits(tmp_path, recorded):
+    """Rank 1 has nothing to train on while rank 0 runs all its micro-batches: one gradient sum
+    per step (not one per backward pass), so the ranks' different counts cannot deadlock."""
+    path, count = recorded
+    alone, pair = tmp_path / "one", tmp_path / "two"
+    _fit("kuhn_poker_tiny.yaml", alone, 1, _replay(path), "--trainer.max_steps", "2")
+    _fit("kuhn_poker_tiny.yaml", pair, 2, _replay(path, shares=[list(range(count)), []]), "--trainer.max_steps", "2",
+         timeout=300)
+    assert [line["records"] for line in _lines(pair, 1)] == [0, 0]
+    for rank in (0, 1):
+        _assert_close(_gradients(pair, rank), _gradients(alone, 0))
+    assert [line["weights"] for line in _lines(pair, 0)] == [line["weights"] for line in _lines(pair, 1)]
+
+
+def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path, recorded):
+    """Rank 1's loss is NaN at every step: every rank skips every step (one decision, from the
+    summed loss), and after ``max_nonfinite_steps`` in a row both stop with the error that says
+    so, rather than one waiting for the other."""
+    path, _ = recorded
+    pair = tmp_path / "two"
+    pair.mkdir()
+    command = [*FIT, "--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"),
+               "--config", _overlay(pair, 2, _replay(path, nonfinite_rank=1)), "--trainer.max_steps", "2",
+               "--model.optimizer.max_nonfinite_steps", "3"]
+    result = subprocess.run(command, env=ENV, cwd=pair, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    for rank in (0, 1):
+        assert f"[rank{rank}]: RuntimeError: 3 optimizer steps in a row had a non-finite loss" in result.stderr
+    zero, one = _lines(pair, 0), _lines(pair, 1)
+    assert len(zero) == len(one) >= 2
+    assert {line["step"] for line in zero + one} == {0}, "no rank took an optimizer step"
+    assert len({line["weights"] for line in zero + one}) == 1, "the weights never moved on either rank"
+    assert not list(pair.glob("grad-rank*.pt")), "no optimizer step was taken on any rank"
+
+
+# ---- the league under DDP ---------------------------------------------------------------------
+def _league_fit(config: str, root, steps: int, *args: str, devices: int = 2):
+    extra = {"data": {"episodes_per_batch": 16, "eval": {"games": 8}}}
+    return _fit(config, root, devices, extra, "--trainer.max_steps", str(steps),
+                "--data.league.dir", str(root / "league"), "--data.league.games_per_match", "1",
+                "--data.league.schedule", '{"recent_every": 5, "recent_window": 10, "anchor_every": 15}',
+                "--data.league.evaluator", '{"every": 10, "games_per_seat": 4}', *args)
+
+
+@pytest.mark.parametrize("config", ["kuhn_poker_league_tiny.yaml", "tictactoe_league_tiny.yaml"])
+def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config):
+    from sp_lightning.league.registry import LeagueRegistry
+
+    steps = 30
+    _league_fit(config, tmp_path, steps, "--data.league.exploitability_every", "0")
+    zero, one = _lines(tmp_path, 0), _lines(tmp_path, 1)
+    assert [line["step"] for line in zero] == [line["step"] for line in one] == list(range(1, steps + 1))
+    for a, b in zip(zero, one):
+        assert a["weights"] == b["weights"], f"step {a['step']}: the ranks' weights differ"
+        assert a["games"] != b["games"], f"step {a['step']}: both ranks played the same games"
+        assert a["league"] == b["league"], f"step {a['step']}: the ranks see different leagues"
+        assert not b["evaluator_running"], "only rank 0 runs the evaluator"
+    assert any(line["evaluator_running"] for line in zero), "rank 0 ran the evaluator"
+    assert any(a["first_moves"] != b["first_moves"] for a, b in zip(zero, one))
+
+    league = LeagueRegistry(tmp_path / "league" / "league.json").read()
+    checkpoints = sorted(a.step for a in league.agents.values() if a.type == "checkpoint")
+    assert len(checkpoints) == len(set(checkpoints)), "no agent twice"
+    expected = {s for s in range(5, steps + 1, 5) if steps - s < 10} | {s for s in range(15, steps + 1, 15)}
+    elites = {a.step for a in league.agents.values() if "elite" in a.tags}
+    assert set(checkpoints) == expected | elites
+    # every game against a league member was rated once (games_per_match 1): both ranks' games
+    trained = [m for m in league.matches if m.source == "train"]
+    assert len(trained) == sum(line["rated_games"] for line in zero + one)
+    assert sum(line["rated_games"] for line in one) > 0
+    assert list((tmp_path / "league" / "evaluations").glob("*.result.json")), "the evaluator's results landed"
+
+
+# ---- two nodes on loopback ----------------------------------------------------------------------
+def test_two_nodes_on_loopback_with_torchrun(tmp_path):
+    """``trainer.num_nodes: 2``, one process per "node", each started by its own torchrun (what
+    a cluster's launcher does on each machine), the nodes meeting at one address on loopback."""
+    (port,) = free_ports(1)
+    config = os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml")
+    overlay = _overlay(tmp_path, 1, {"trainer": {"num_nodes": 2, "strategy": "ddp"},
+                                      "data": {"episodes_per_batch": 16, "eval": {"games": 8}}})
+    nodes = []
+    for node in (0, 1):
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+                   "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                   "-m", "sp_lightning.cli", "fit", "--config", config, "--config", overlay,
+                   "--trainer.max_steps", "6", "--data.league.dir", str(tmp_path / "league")]
+        nodes.append(subprocess.Popen(command, env=ENV, cwd=tmp_path, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs = [node.communicate(timeout=600)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    assert "GLOBAL_RANK: 1, MEMBER: 2/2" in "".join(outputs)
+    zero, one = _lines(tmp_path, 0), _lines(tmp_path, 1)
+    assert len(zero) == len(one) == 6
+    assert all(a["weights"] == b["weights"] and a["games"] != b["games"] for a, b in zip(zero, one))
+
+
+# ---- exact resume under DDP -----------------------------------------------------------------------
+def _last_step(path) -> int:
+    try:
+        return torch.load(path, weights_only=False)["global_step"]
+    except Exception:  # not written yet, or being replaced
+        return -1
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices):
+    steps = 8
+    checkpoints = {"trainer": {"callbacks": [
+        {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+         "init_args": {"dirpath": "ckpt", "filename": "last", "every_n_train_steps": 1,
+                       "enable_version_counter": False}}]},
+        "data": {"episodes_per_batch": 8, "eval": {"games": 8}}}
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    common = ["--trainer.max_steps", str(steps), "--data.league.schedule",
+              '{"recent_every": 2, "recent_window": 4, "anchor_every": 6}',
+              "--data.league.evaluator", '{"every": 0}', "--data.league.games_per_match", "1"]
+    _fit("kuhn_poker_league_tiny.yaml", reference, devices, checkpoints, *common,
+         "--data.league.dir", str(reference / "league"))
+
+    killed.mkdir()
+    command = [*FIT, "--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
+               "--config", _overlay(killed, devices, checkpoints), *common, "--data.league.dir", str(killed / "league")]
+    proc = subprocess.Popen(command, env=ENV, cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # the launcher and the rank it started: one group
+    last = killed / "ckpt" / "last.ckpt"
+    deadline = time.time() + 300
+    while _last_step(last) < 3 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    os.killpg(proc.pid, signal.SIGKILL)  # every rank at once, as a cluster's scheduler stops a job
+    proc.wait()
+    killed_at = _last_step(last)
+    assert 3 <= killed_at < steps
+    resumed = subprocess.run([*command, "--ckpt_path", str(last)], env=ENV, cwd=killed, capture_output=True,
+                             text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
+
+    ours = torch.load(last, weights_only=False)
+    theirs = torch.load(reference / "ckpt" / "last.ckpt", weights_only=False)
+    assert ours["global_step"] == theirs["global_step"] == steps
+    for key, value in theirs["state_dict"].items():
+        assert torch.equal(ours["state_dict"][key], value), f"weights differ at {key}"
+    assert ours["SelfPlayDataModule"] == theirs["SelfPlayDataModule"]  # every rank's games and streams
+    if devices > 1:
+        assert len(ours["SelfPlayDataModule"]["ranks"]) == devices
+    for a, b in zip(*(s if devices > 1 else [s] for s in (ours["rng_states"], theirs["rng_states"]))):
+        assert torch.equal(a["torch"], b["torch"])
+
+    def league(checkpoint, root):
+        callback = next(v for k, v in checkpoint["callbacks"].items() if k.startswith("LeagueCallback"))
+        state = callback["registry"]
+        agents = {k: {f: (os.path.relpath(v, root) if f == "adapter_path" and v else v)
+                      for f, v in a.items() if f != "created_at"} for k, a in state["agents"].items()}
+        matches = [(m["step"], m["agents"], m["scores"]) for m in state["matches"]]
+        return agents, matches, callback["pooler"]
+
+    ours_league, theirs_league = league(ours, killed), league(theirs, reference)
+    assert ours_league[1], "games were rated"
+    assert ours_league == theirs_league, "the same league: agents, ratings, every match and pending blocks"
+    # the resumed lines (killed_at+1..steps) of each rank match the reference's
+    for rank in range(devices):
+        mine = {line["step"]: line for line in _lines(killed, rank)}
+        ref = {line["step"]: line for line in _lines(reference, rank)}
+        for step in range(killed_at + 1, steps + 1):
+            assert mine[step]["weights"] == ref[step]["weights"] and mine[step]["games"] == ref[step]["games"]
