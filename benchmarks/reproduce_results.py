@@ -1,0 +1,166 @@
+"""Reproduce every learning figure that docs/results.md and the README quote.
+
+For each shipped recipe and each training seed: ``sp-lightning fit`` alone (in a directory of its
+own, so the config's ``runs/...`` paths land there), then ``sp-lightning evaluate`` of the checkpoint
+the config's own rule chose (``best.ckpt``), 1000 games per seat on an evaluation seed that no
+validation saw, played the way the config's ``data.eval`` plays (greedy or sampled), against each
+yardstick; for Kuhn Poker also the learner's exact exploitability at that checkpoint and the mean of
+the validated exploitabilities over the last quarter of the run (the last iterates, not only the
+best one), read from the run's TensorBoard events.
+
+    python benchmarks/reproduce_results.py                      # every recipe, seeds 0 1 2
+    python benchmarks/reproduce_results.py --recipes tictactoe_tiny --seeds 0 --out /tmp/r
+
+Prints one Markdown table per recipe (with the commit, seeds and games) and writes
+``results.json`` beside the runs. A fit is timed as it runs; on a shared machine, note the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLI = [sys.executable, "-m", "sp_lightning.cli"]
+EVAL_SEED = 20261121  # never a validation seed (those are data.eval.seed, 12345 by default)
+
+# recipe -> (config, yardsticks evaluated with --opponent, whether exploitability is exact, bars)
+RECIPES = {
+    "tictactoe_tiny": {
+        "config": "configs/tictactoe_tiny.yaml",
+        "opponents": ["bot:random", "bot:tictactoe_perfect"],
+        "game": "tictactoe_v1",
+        "bars": "fit <= 15 min; >= 0.85 wins vs bot:random with >= 99.5% legal moves; >= 60% draws vs the perfect player",
+    },
+    "kuhn_poker_league_tiny": {
+        "config": "configs/kuhn_poker_league_tiny.yaml",
+        "opponents": ["bot:random"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "bars": "exploitability <= 0.05 at the result checkpoint and <= 0.08 averaged over the last quarter",
+    },
+}
+
+
+def commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+        return sha + ("+uncommitted" if dirty else "")
+    except OSError:
+        return "unknown"
+
+
+def scalars(run_dir: str, tag: str) -> list[tuple[int, float]]:
+    """(step, value) of a scalar from every TensorBoard event file under ``run_dir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    points = {}
+    for path in glob.glob(os.path.join(run_dir, "**", "events.out.tfevents.*"), recursive=True):
+        events = EventAccumulator(path, size_guidance={"scalars": 0})
+        events.Reload()
+        if tag in events.Tags().get("scalars", []):
+            points.update({e.step: e.value for e in events.Scalars(tag)})
+    return sorted(points.items())
+
+
+def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, threads: int,
+               fit_flags: list[str]) -> dict:
+    work = os.path.join(out, name, f"seed{seed}")
+    os.makedirs(work, exist_ok=True)
+    config = os.path.join(ROOT, spec["config"])
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    start = time.time()
+    with open(os.path.join(work, "fit.log"), "w") as log:
+        subprocess.run([*CLI, "fit", "--config", config, "--seed_everything", str(seed),
+                        "--trainer.enable_progress_bar", "false", *fit_flags],
+                       cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+    fit_seconds = time.time() - start
+    best = glob.glob(os.path.join(work, "runs", "*", "checkpoints", "best.ckpt"))
+    if not best:
+        raise RuntimeError(f"{name} seed {seed}: no best.ckpt under {work}/runs (see {work}/fit.log)")
+    import torch
+
+    chosen_at = torch.load(best[0], map_location="cpu", weights_only=False)["global_step"]
+    result = {"recipe": name, "seed": seed, "fit_seconds": round(fit_seconds, 1), "result_step": chosen_at,
+              "eval_seed": EVAL_SEED, "games_per_seat": games_per_seat, "against": {}}
+    for opponent in spec["opponents"]:
+        path = os.path.join(work, f"eval-{opponent.replace(':', '_')}.json")
+        flags = ["--exploitability", "true"] if spec.get("exploitability") and opponent == spec["opponents"][0] else []
+        subprocess.run([*CLI, "evaluate", "--config", config, "--checkpoint", best[0], "--opponent", opponent,
+                        "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path, *flags],
+                       cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        with open(path) as f:
+            metrics = json.load(f)[spec["game"]]
+        game = spec["game"]
+        result["against"][opponent] = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith(game + "/")}
+        result["against"][opponent]["games"] = metrics["games"]
+    if spec.get("exploitability"):
+        curve = scalars(os.path.join(work, "runs"), spec["exploitability"])
+        last_step = max(step for step, _ in curve)
+        quarter = [v for step, v in curve if step >= 0.75 * last_step]
+        result["exploitability_curve"] = curve
+        result["exploitability_last_quarter_mean"] = sum(quarter) / len(quarter)
+        result["exploitability_at_result"] = result["against"][spec["opponents"][0]]["exploitability"]
+    return result
+
+
+def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
+    games = 2 * results[0]["games_per_seat"] if results else 0
+    lines = [f"### `{spec['config']}`", "",
+             f"Commit {sha}; training seeds {', '.join(str(r['seed']) for r in results)}; {games} games per "
+             f"yardstick on evaluation seed {EVAL_SEED}, played as `data.eval` plays; 95% intervals. Bars: {spec['bars']}.", ""]
+    head = "| seed | fit | result step |"
+    rule = "|---|---|---|"
+    for opponent in spec["opponents"]:
+        head += f" wins vs {opponent} | draws vs {opponent} | legal moves |"
+        rule += "---|---|---|"
+    if spec.get("exploitability"):
+        head += " exploitability at result | mean over last quarter |"
+        rule += "---|---|"
+    lines += [head, rule]
+    for r in results:
+        row = f"| {r['seed']} | {r['fit_seconds'] / 60:.1f} min | {r['result_step']} |"
+        for opponent in spec["opponents"]:
+            m = r["against"][opponent]
+            row += (f" {m['win_rate']:.3f} [{m['win_rate_ci_low']:.3f}, {m['win_rate_ci_high']:.3f}] |"
+                    f" {m['draw_rate']:.3f} | {m['legal_move_rate']:.3f} |")
+        if spec.get("exploitability"):
+            row += f" {r['exploitability_at_result']:.3f} | {r['exploitability_last_quarter_mean']:.3f} |"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--games_per_seat", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"))
+    parser.add_argument("--fit_flags", nargs=argparse.REMAINDER, default=[],
+                        help="appended to every fit (a smoke run: --fit_flags --trainer.max_steps 4 ...)")
+    args = parser.parse_args()
+    sha = commit()
+    everything = {"commit": sha, "results": []}
+    for name in args.recipes:
+        results = []
+        for seed in args.seeds:
+            results.append(run_recipe(name, RECIPES[name], seed, args.out, args.games_per_seat, args.threads,
+                                      args.fit_flags))
+            everything["results"].append(results[-1])
+            with open(os.path.join(args.out, "results.json"), "w") as f:
+                json.dump(everything, f, indent=1)
+            print(f"{name} seed {seed}: {json.dumps({k: v for k, v in results[-1].items() if k != 'exploitability_curve'})}",
+                  flush=True)
+        print(table(name, RECIPES[name], results, sha), flush=True)
+
+
+if __name__ == "__main__":
+    main()
