@@ -216,6 +216,8 @@ class Arena:
         }
         metrics["rollout/adapter_load_seconds"] = (worker.adapter_load_seconds - loads_before
                                                    if worker is not None else 0.0)
+        if worker is not None:
+            metrics.update(worker.health_metrics())
         return metrics
 
     def run(self, steps: int, show: int = 0, out=None,

@@ -185,6 +185,9 @@ class SerializedWorker(RolloutWorker):
     def tokenizer(self):
         return self.inner.tokenizer
 
+    def health_metrics(self) -> dict[str, float]:
+        return self.inner.health_metrics()
+
     # ---- calls: one at a time ------------------------------------------------------------------
     def generate(self, requests, sampling):
         with self._serialized():

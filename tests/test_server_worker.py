@@ -1,6 +1,6 @@
-"""ServerRolloutWorker without a server: its settings checks, and a server that stays down
-failing with an error that names its URL (the vLLM servers themselves are exercised in
-tests/test_vllm_worker.py)."""
+"""ServerRolloutWorker without a server: its settings checks, the books of its fleet, and a
+server that stays down failing with an error that names its URL (the vLLM servers themselves,
+one killed mid-run, are exercised in tests/test_vllm_worker.py)."""
 
 import os
 
@@ -8,6 +8,7 @@ import pytest
 
 from sp_lightning.rollout import RetrySettings, SamplingSettings
 from sp_lightning.rollout.base import RolloutFailed, TransientRolloutError, generate_with_retries
+from sp_lightning.rollout.fleet import ServerFleet
 from sp_lightning.rollout.server import ServerRolloutWorker
 from sp_lightning.types import ModelRequest, PolicyRef
 from tests.helpers import free_ports
@@ -48,7 +49,8 @@ def test_loading_the_learner_on_a_server_that_is_down_names_it(tiny_policy, tmp_
     request = ModelRequest("player", [{"role": "user", "content": "hi"}], PolicyRef("learner"))
     with pytest.raises(TransientRolloutError, match=f"server {url}: v1/load_lora_adapter unreachable"):
         worker.generate([request], SamplingSettings(max_new_tokens=1))
-    assert (tmp_path / f"learner-v0-{worker._tag}" / "adapter_config.json").is_file()  # for the server to read
+    # for the server to read, named by version, rank and worker
+    assert (tmp_path / f"learner-v0-r0-{worker._tag}" / "adapter_config.json").is_file()
 
 
 def test_close_removes_the_ram_directory_it_made(tiny_policy):
@@ -72,4 +74,53 @@ def test_a_prompt_over_max_prompt_tokens_is_refused_without_asking_the_server(ti
                            PolicyRef("base"))
     (completion,) = worker.generate([request], SamplingSettings(max_new_tokens=1))
     assert completion.refused == PROMPT_TOO_LONG and completion.completion_ids == []
+    worker.close()
+
+
+class _ManualClock:
+    """A clock the test moves by hand (the fleet's probe schedule without waiting)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_fleet_rotates_over_servers_in_it_and_probes_those_taken_out():
+    clock = _ManualClock()
+    fleet = ServerFleet(["a", "b", "c"], first=1, probe_every_s=5, clock=clock)
+    assert [fleet.next() for _ in range(4)] == ["b", "c", "a", "b"]  # rank 1 starts on the second
+    fleet.loaded("b", "learner-v1")
+    fleet.take_out("b", "refused")
+    fleet.take_out("b", "refused again")  # once
+    assert fleet.live() == ["a", "c"] and fleet.taken_out == 1
+    assert {fleet.next() for _ in range(6)} == {"a", "c"}
+    assert fleet.next(avoid=["a", "c"]) is None
+    assert not fleet.holds("b", "learner-v1") and fleet.holding("learner-v1") == []  # unknown until back
+    assert fleet.due_for_probe() == []
+    clock.now = 5
+    assert fleet.due_for_probe() == ["b"] and fleet.due_for_probe() == []  # not due again at once
+    fleet.take_back("b", ["learner-v1"])
+    assert fleet.live() == ["a", "b", "c"] and fleet.holding("learner-v1") == ["b"]
+    assert fleet.metrics() == {"rollout/servers_live": 3.0, "rollout/servers_taken_out": 1.0,
+                               "rollout/servers_taken_back": 1.0}
+    with pytest.raises(ValueError, match="rollout.probe_every_s: expected > 0"):
+        ServerFleet(["a"], probe_every_s=0)
+
+
+def test_a_dead_server_among_live_ones_is_taken_out_and_named_when_none_is_left(tiny_policy, tmp_path):
+    """Two servers, both down: the first request tries each once, takes both out, and the error
+    names both URLs; later calls probe them (still down) and fail the same way, without waiting."""
+    model, tok = tiny_policy
+    urls = [f"http://127.0.0.1:{port}/v1" for port in free_ports(2)]
+    worker = ServerRolloutWorker(model, tok, base_urls=urls, served_model="m", adapter_dir=str(tmp_path),
+                                 timeout=2, max_retries=0)
+    request = ModelRequest("player", [{"role": "user", "content": "hi"}], PolicyRef("base"))
+    for _ in range(2):
+        with pytest.raises(TransientRolloutError, match="server left in the rotation of 2") as error:
+            worker.generate([request], SamplingSettings(max_new_tokens=1))
+        assert all(url in str(error.value) for url in urls)
+    assert worker.fleet.live() == [] and worker.fleet.taken_out == 2
+    assert worker.health_metrics()["rollout/servers_live"] == 0
     worker.close()

@@ -314,27 +314,63 @@ def _wait_healthy(url: str, process, log_path: str, seconds: float = 300) -> Non
     raise RuntimeError(f"vLLM server at {url} not healthy after {seconds} s:\n" + open(log_path).read()[-3000:])
 
 
-@pytest.fixture(scope="module")
-def servers(served, tmp_path_factory):
-    """Two vLLM servers on loopback, serving the tiny base model the in-process worker saved."""
-    module, worker = served
-    base_dir = worker._base_model_path()
-    root = tmp_path_factory.mktemp("servers")
-    ports = free_ports(2)
-    logs = [str(root / f"server{k}.log") for k in range(2)]
-    processes = [_start_server(base_dir, port, log) for port, log in zip(ports, logs)]
-    try:
-        for port, process, log in zip(ports, processes, logs):
-            _wait_healthy(f"http://127.0.0.1:{port}", process, log)
-        yield [f"http://127.0.0.1:{port}/v1" for port in ports]
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
+class _LoopbackServers:
+    """vLLM servers on loopback ports, each one that a test can kill and start again (same port,
+    same model: a restarted server, which has lost its adapters)."""
+
+    def __init__(self, base_dir: str, root, count: int):
+        self.base_dir, self.root = base_dir, root
+        self.ports = free_ports(count)
+        self.urls = [f"http://127.0.0.1:{port}/v1" for port in self.ports]
+        self.processes = [None] * count
+        for k in range(count):
+            self.processes[k] = self._spawn(k)
+        for k in range(count):
+            self.wait(k)
+
+    def _log(self, k: int) -> str:
+        return str(self.root / f"server{k}.log")
+
+    def _spawn(self, k: int):
+        return _start_server(self.base_dir, self.ports[k], self._log(k))
+
+    def wait(self, k: int) -> None:
+        _wait_healthy(f"http://127.0.0.1:{self.ports[k]}", self.processes[k], self._log(k))
+
+    def kill(self, k: int) -> None:
+        """SIGKILL: the server dies mid-request, as a lost machine does."""
+        self.processes[k].kill()
+        self.processes[k].wait()
+
+    def restart(self, k: int) -> None:
+        self.processes[k] = self._spawn(k)
+        self.wait(k)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
             try:
                 process.wait(timeout=30)
             except Exception:
                 process.kill()
+
+
+@pytest.fixture(scope="module")
+def loopback_servers(served, tmp_path_factory):
+    """Two vLLM servers on loopback, serving the tiny base model the in-process worker saved."""
+    _, worker = served
+    servers = _LoopbackServers(worker._base_model_path(), tmp_path_factory.mktemp("servers"), 2)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+def servers(loopback_servers):
+    return loopback_servers.urls
 
 
 def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versions(served, servers):
@@ -355,7 +391,7 @@ def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versio
         _perturb_adapter(module.model, 0.3, seed=4)
         remote.sync_weights(remote.policy_version + 1)
         completions = remote.generate(requests, SamplingSettings(max_new_tokens=2, temperature=1.0))
-        assert remote._learner_name == f"learner-v{remote.policy_version}-{remote._tag}" and remote.adapter_loads == 2
+        assert remote._learner_name == f"learner-v{remote.policy_version}-r0-{remote._tag}" and remote.adapter_loads == 2
         assert all(c.policy_version == remote.policy_version for c in completions)
         trainer = _trainer_logprobs(module, completions)
         assert max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
@@ -366,6 +402,82 @@ def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versio
         assert max(abs(a - b) for c, t in zip(base_rows, base) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
     finally:
         remote.close()
+
+
+def test_a_server_killed_mid_run_is_taken_out_its_calls_go_to_the_other_and_it_is_taken_back(
+        served, loopback_servers, tmp_path):
+    """Two real servers; one is SIGKILLed while a generate is in flight. Every request of that
+    call and the next ones is answered exactly once, by the other server, with the right weights
+    (logprobs equal to the trainer's); the next learner version is loaded on the live server only.
+    Started again, the server is taken back at its next probe, the current learner version and a
+    league checkpoint are loaded on it again as they are asked for, and it serves them."""
+    import threading
+    import time
+
+    from sp_lightning.rollout.server import ServerRolloutWorker
+
+    module, _ = served
+    urls = loopback_servers.urls
+    remote = ServerRolloutWorker(module.model, module.tokenizer, base_urls=urls, served_model="tiny-base",
+                                 max_model_len=512, max_retries=1, timeout=30, probe_every_s=1)
+    with _adapter_as(module.model, 0.3, seed=7):
+        module.model.save_pretrained(str(tmp_path / "past"))
+    remote.register_adapter("past", str(tmp_path / "past"))
+    policies = [LEARNER, PolicyRef("checkpoint", "past")]
+    many = [ModelRequest("player", [{"role": "user", "content": f"Board {i}\nLegal moves: [0] [4] [8]"}],
+                         policies[i // 2 % 2]) for i in range(96)]  # each policy on both servers
+    sampling = SamplingSettings(max_new_tokens=8, temperature=1.0)
+
+    def check(completions, requests):
+        assert len(completions) == len(requests)
+        assert all(c.policy == r.policy and len(c.completion_ids) == len(c.logprobs) >= 1
+                   for c, r in zip(completions, requests))
+        rows = [c for c in completions if c.policy == LEARNER]
+        trainer = _trainer_logprobs(module, rows)
+        assert max(abs(a - b) for c, t in zip(rows, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+        with _adapter_as(module.model, 0.3, seed=7):
+            rows = [c for c in completions if c.policy.name == "past"]
+            trainer = _trainer_logprobs(module, rows)
+        assert max(abs(a - b) for c, t in zip(rows, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+
+    try:
+        check(remote.generate(many, sampling), many)  # both servers serve, the adapters loaded on both
+        assert all(count > 0 for count in remote.requests_per_server.values())
+        before = remote.requests_per_server
+        def kill_when_in_flight():  # once this call's first answers are in, most are still pending
+            while sum(remote.requests_per_server.values()) < sum(before.values()) + 16:
+                time.sleep(0.005)
+            loopback_servers.kill(1)
+
+        killer = threading.Thread(target=kill_when_in_flight)
+        killer.start()
+        completions = remote.generate(many * 2, sampling)  # the kill lands while this is in flight
+        killer.join()
+        check(completions, many * 2)
+        assert remote.fleet.live() == [urls[0]] and remote.fleet.taken_out == 1
+        after_kill = remote.requests_per_server
+        # every request answered once: the counts grew by exactly the requests sent
+        assert sum(after_kill.values()) - sum(before.values()) == 2 * len(many)
+        # a new version: loaded on the live server only, and served
+        _perturb_adapter(module.model, 0.3, seed=8)
+        remote.sync_weights(remote.policy_version + 1)
+        check(remote.generate(many, sampling), many)
+        assert remote.requests_per_server[urls[1]] == after_kill[urls[1]]
+        assert remote.fleet.holding(remote._learner_name) == [urls[0]]
+        assert remote.health_metrics()["rollout/servers_live"] == 1
+        # started again: taken back at the next probe, the adapters loaded on it as asked for
+        loopback_servers.restart(1)
+        time.sleep(1.1)
+        back = remote.requests_per_server[urls[1]]
+        check(remote.generate(many, sampling), many)
+        assert remote.fleet.live() == urls and remote.fleet.taken_back == 1
+        assert remote.requests_per_server[urls[1]] > back
+        assert remote.fleet.holds(urls[1], remote._learner_name)
+        assert remote.fleet.holds(urls[1], remote._checkpoint_name("past"))
+    finally:
+        remote.close()
+        if loopback_servers.processes[1].poll() is not None:
+            loopback_servers.restart(1)
 
 
 # ---- configuration checks: no engine needed ---------------------------------------------------

@@ -126,6 +126,11 @@ class RolloutWorker(ABC):
         that a generation on the producer thread never reads weights the optimizer is changing.
         A backend that generates with the trainer's own weights has nothing to do."""
 
+    def health_metrics(self) -> dict[str, float]:
+        """``rollout/...`` figures of the backend's own state, logged with every batch (the server
+        backend: servers in the rotation, taken out, taken back); none by default."""
+        return {}
+
     def version_of(self, policy: PolicyRef) -> int:
         """The weight version a completion of ``policy`` is stamped with: the learner's current
         one; other policies' weights never change (0)."""

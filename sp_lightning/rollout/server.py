@@ -21,12 +21,18 @@ adapter loading::
 - **Sampling.** Every sampling parameter is sent explicitly (penalties off): a vLLM server
   fills unset ones from the model's ``generation_config``, whose penalties would shape the
   logprobs in a way the trainer does not reproduce.
-- **Several servers.** Requests are spread round-robin over ``base_urls``, each server with at
-  most ``max_concurrency`` requests in flight.
+- **A fleet of servers.** Requests are spread round-robin over ``base_urls`` (each rank starting
+  on a different server), each server with at most ``max_concurrency`` requests in flight.
+  Adapter names carry the rank, the version and this worker's tag (``learner-v<step>-r<rank>-<tag>``,
+  ``ckpt-<id>-r<rank>-<tag>``), so ranks sharing a server never collide.
 - **Faults.** The ``openai`` client retries timeouts, refused connections, 408/409/429 and 5xx
-  with exponential backoff ``max_retries`` times; after that the call fails with an error that
-  names the server's URL, as a :class:`TransientRolloutError` for the arena's own retries
-  (``data.retry``) when the server was unreachable.
+  with exponential backoff ``max_retries`` times. A server that still does not answer is taken
+  out of the rotation (``rollout.fleet.ServerFleet``) and the request goes to the next server;
+  nothing is lost or answered twice. A server out of the rotation is probed (``/health``) every
+  ``probe_every_s`` seconds, and taken back when it answers, its adapters loaded again as they
+  are asked for. When no server is left the call fails with an error that names every server's
+  URL and what it last did, as a :class:`TransientRolloutError` for the arena's own retries
+  (``data.retry``).
 
 A server that returns no token ids cannot train a policy: that is an error here (use
 ``RemoteRolloutWorker`` for text-only rollouts and evaluations).
@@ -34,7 +40,6 @@ A server that returns no token ids cannot train a policy: that is an error here 
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import shutil
@@ -49,11 +54,16 @@ from sp_lightning.rollout.base import (
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
 )
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
+from sp_lightning.rollout.fleet import ServerFleet
 from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
 
 class ServerError(RuntimeError):
     """A server refused a request (not a transient fault); the message names the URL."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 class ServerRolloutWorker(RolloutWorker):
@@ -67,7 +77,7 @@ class ServerRolloutWorker(RolloutWorker):
     def __init__(self, model, tokenizer, *, base_urls: list[str], served_model: str,
                  adapter_dir: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
                  max_retries: int = 3, max_concurrency: int = 32, max_model_len: int | None = None,
-                 max_prompt_tokens: int | None = None):
+                 max_prompt_tokens: int | None = None, probe_every_s: float = 5.0):
         """
         Args:
             model: The learner (a peft model; its adapter is what the servers load each version).
@@ -85,6 +95,7 @@ class ServerRolloutWorker(RolloutWorker):
                 refused here, never sent.
             max_prompt_tokens: Longest prompt sent, as on the other backends (refused, not
                 truncated); by default (and never above) the context minus the completion budget.
+            probe_every_s: Seconds between health probes of a server out of the rotation.
         """
         if not base_urls:
             raise ValueError("rollout.base_urls: expected at least one server URL")
@@ -107,15 +118,17 @@ class ServerRolloutWorker(RolloutWorker):
         self.generated_tokens = 0
         self.adapter_loads = 0
         self.adapter_load_seconds = 0.0
-        self.requests_per_server = {url: 0 for url in self.base_urls}
+        from sp_lightning.distributed import rank
+
+        self.fleet = ServerFleet(self.base_urls, first=rank(), probe_every_s=probe_every_s)
         self.adapter_paths: dict[str, str] = {}
         self._loaded_checkpoints: set[str] = set()
+        self._served_paths: dict[str, str] = {}  # adapter name on the servers -> its directory
         self._learner_name: str | None = None
         self._learner_path: str | None = None
         self._learner_version: int | None = None
         self._clients: dict[str, object] = {}
         self._pool: ThreadPoolExecutor | None = None
-        self._next_server = itertools.count()
         # adapter names on the servers carry this worker's own tag: a resumed run, a second run
         # on the same servers or a retried load never meets a name another worker left loaded
         self._tag = uuid.uuid4().hex[:8]
@@ -143,9 +156,51 @@ class ServerRolloutWorker(RolloutWorker):
                 return  # a load that timed out here but finished there, retried: it is loaded
             if error.code >= 500:
                 raise TransientRolloutError(f"server {url}: {path} answered HTTP {error.code}: {detail}") from error
-            raise ServerError(f"server {url}: {path} answered HTTP {error.code}: {detail}") from error
+            raise ServerError(f"server {url}: {path} answered HTTP {error.code}: {detail}", error.code) from error
         except OSError as error:
             raise TransientRolloutError(f"server {url}: {path} unreachable ({error})") from error
+
+    def _get(self, url: str, path: str, timeout: float):
+        """GET ``<server root>/<path>``: the decoded JSON, or None for an empty answer."""
+        root = url[: -len("/v1")] if url.endswith("/v1") else url
+        with urllib.request.urlopen(f"{root}/{path}", timeout=timeout) as answer:
+            body = answer.read()
+        return json.loads(body) if body.strip() else None
+
+    @property
+    def requests_per_server(self) -> dict[str, int]:
+        return dict(self.fleet.requests)
+
+    def health_metrics(self) -> dict[str, float]:
+        return self.fleet.metrics()
+
+    # ---- the rotation ------------------------------------------------------------------------
+    def _probe(self, force: bool = False) -> None:
+        """Take back the servers out of the rotation that answer again (those due for a probe, or
+        all of them with ``force``), with what they report loaded; unload names of this worker's
+        that it no longer serves (an old learner version left on a server that was cut off)."""
+        due = [u for u in self.base_urls if u not in self.fleet.live()] if force else self.fleet.due_for_probe()
+        for url in due:
+            try:
+                self._get(url, "health", timeout=min(self.timeout, 5.0))
+                models = self._get(url, "v1/models", timeout=min(self.timeout, 5.0)) or {}
+            except (OSError, ValueError):
+                continue
+            names = {entry.get("id") for entry in models.get("data", [])}
+            wanted = set(self._served_paths) | {self.served_model}
+            for name in names - wanted:
+                if name and name.endswith(f"-{self._tag}"):
+                    try:
+                        self._post(url, "v1/unload_lora_adapter", {"lora_name": name})
+                    except (ServerError, TransientRolloutError):
+                        pass
+            self.fleet.take_back(url, names & wanted)
+
+    def _no_server_left(self, last: Exception | None) -> TransientRolloutError:
+        first = f"{last}; no" if last is not None else "No"
+        return TransientRolloutError(f"{first} server left in the rotation of {len(self.base_urls)} "
+                                     f"({', '.join(self.base_urls)}); each is probed every "
+                                     f"{self.fleet.probe_every_s:.0f} s")
 
     # ---- adapters ----------------------------------------------------------------------------
     def sync_weights(self, version: int) -> None:
@@ -164,20 +219,54 @@ class ServerRolloutWorker(RolloutWorker):
 
     def forget_adapter(self, name: str) -> None:
         if name in self._loaded_checkpoints:
-            for url in self.base_urls:
-                self._post(url, "v1/unload_lora_adapter", {"lora_name": self._checkpoint_name(name)})
+            self._unload_everywhere(self._checkpoint_name(name))
             self._loaded_checkpoints.discard(name)
         self.adapter_paths.pop(name, None)
 
+    def _rank_tag(self) -> str:
+        from sp_lightning.distributed import rank
+
+        return f"r{rank()}-{self._tag}"
+
     def _checkpoint_name(self, checkpoint_id: str) -> str:
-        return f"ckpt-{checkpoint_id}-{self._tag}"
+        return f"ckpt-{checkpoint_id}-{self._rank_tag()}"
+
+    def _load_on(self, url: str, name: str) -> None:
+        """Load the adapter ``name`` on ``url`` unless it holds it (one thread at a time per server)."""
+        with self.fleet.server_lock(url):
+            if self.fleet.holds(url, name):
+                return
+            start = time.perf_counter()
+            self._post(url, "v1/load_lora_adapter",
+                       {"lora_name": name, "lora_path": os.path.abspath(self._served_paths[name])})
+            self.adapter_load_seconds += time.perf_counter() - start
+            self.fleet.loaded(url, name)
 
     def _load_everywhere(self, name: str, path: str) -> None:
-        start = time.perf_counter()
-        for url in self.base_urls:
-            self._post(url, "v1/load_lora_adapter", {"lora_name": name, "lora_path": os.path.abspath(path)})
-        self.adapter_load_seconds += time.perf_counter() - start
+        """Load a new adapter on every server in the rotation (a server that does not answer is
+        taken out; it loads the adapter when it is taken back and asked for it)."""
+        self._served_paths[name] = path
+        last = None
+        for url in self.fleet.live():
+            try:
+                self._load_on(url, name)
+            except TransientRolloutError as error:
+                self.fleet.take_out(url, error)
+                last = error
+        if not self.fleet.live():
+            raise self._no_server_left(last)
         self.adapter_loads += 1
+
+    def _unload_everywhere(self, name: str) -> None:
+        for url in self.fleet.holding(name):
+            try:
+                self._post(url, "v1/unload_lora_adapter", {"lora_name": name})
+            except TransientRolloutError as error:
+                self.fleet.take_out(url, error)
+            except ServerError:
+                pass  # not there (a restarted server): nothing to unload
+            self.fleet.unloaded(url, name)
+        self._served_paths.pop(name, None)
 
     def _served_name(self, policy: PolicyRef) -> str:
         """What serves ``policy`` here, the one place a policy maps to the servers: the name of the
@@ -186,14 +275,13 @@ class ServerRolloutWorker(RolloutWorker):
             return self.served_model
         if policy.kind is PolicyKind.LEARNER:
             if self._learner_version != self.policy_version:
-                name = f"learner-v{self.policy_version}-{self._tag}"
+                name = f"learner-v{self.policy_version}-{self._rank_tag()}"
                 path = save_learner_adapter(self.model, os.path.join(self.root, name))
                 self._load_everywhere(name, path)
                 previous = (self._learner_name, self._learner_path)
                 self._learner_name, self._learner_path, self._learner_version = name, path, self.policy_version
                 if previous[0] is not None and previous[0] != name:
-                    for url in self.base_urls:
-                        self._post(url, "v1/unload_lora_adapter", {"lora_name": previous[0]})
+                    self._unload_everywhere(previous[0])
                     shutil.rmtree(previous[1], ignore_errors=True)
             return self._learner_name  # type: ignore[return-value]
         if policy.kind is PolicyKind.CHECKPOINT:
@@ -209,22 +297,51 @@ class ServerRolloutWorker(RolloutWorker):
         prompts = self.prompts.encode([r.messages for r in requests])
         limit = prompt_limit(self.max_model_len, sampling, self.max_prompt_tokens)
         results, sendable = refuse_too_long(requests, prompts, limit)
+        self._probe()
         names = {p: self._served_name(p) for p in dict.fromkeys(requests[i].policy for i in sendable)}
-        jobs = [(i, self.base_urls[next(self._next_server) % len(self.base_urls)]) for i in sendable]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency * len(self.base_urls),
                                             thread_name_prefix="server-rollout")
-        futures = [(i, url, self._pool.submit(self._complete, url, names[requests[i].policy], prompts[i], sampling))
-                   for i, url in jobs]
-        for i, url, future in futures:
+        futures = [(i, self._pool.submit(self._send, names[requests[i].policy], prompts[i], sampling))
+                   for i in sendable]
+        for i, future in futures:
             ids, logprobs = future.result()
-            self.requests_per_server[url] += 1
             self.generated_tokens += len(ids)
             policy = requests[i].policy
             results[i] = Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompts[i],
                                     completion_ids=ids, logprobs=logprobs, policy=policy,
                                     policy_version=self.version_of(policy))
         return results  # type: ignore[return-value]
+
+    def _send(self, model_name: str, prompt: list[int], sampling: SamplingSettings):
+        """One completion from the next server in the rotation; a server that does not answer is
+        taken out and the request goes to the next one (a request that failed returned nothing, so
+        nothing is answered twice)."""
+        tried, last, reloaded = set(), None, False
+        while True:
+            url = self.fleet.next(avoid=tried)
+            if url is None:
+                self._probe(force=True)  # one that came back is taken back at once
+                url = self.fleet.next(avoid=tried)
+            if url is None:
+                raise self._no_server_left(last)
+            try:
+                if model_name != self.served_model:
+                    self._load_on(url, model_name)
+                answer = self._complete(url, model_name, prompt, sampling)
+            except TransientRolloutError as error:
+                self.fleet.take_out(url, error)
+                tried.add(url)
+                last = error
+                continue
+            except ServerError as error:
+                if error.status == 404 and model_name != self.served_model and not reloaded:
+                    self.fleet.unloaded(url, model_name)  # restarted between probes: load it again
+                    reloaded = True
+                    continue
+                raise
+            self.fleet.counted(url)
+            return answer
 
     def _complete(self, url: str, model_name: str, prompt: list[int], sampling: SamplingSettings):
         import openai
@@ -247,7 +364,7 @@ class ServerRolloutWorker(RolloutWorker):
                 raise TransientRolloutError(f"server {url}: HTTP {error.status_code} after {self.max_retries} "
                                             f"retries: {error.message}") from error
             raise ServerError(f"server {url}: HTTP {error.status_code} for model {model_name!r}: "
-                              f"{error.message}") from error
+                              f"{error.message}", error.status_code) from error
         except openai.APIError as error:  # refused, timed out, dropped: after the client's retries
             raise TransientRolloutError(f"server {url}: no answer after {self.max_retries} retries "
                                         f"({type(error).__name__}: {error})") from error
@@ -272,14 +389,14 @@ class ServerRolloutWorker(RolloutWorker):
     def close(self) -> None:
         """Unload this worker's adapters from the servers (best effort: a server that is down has
         lost them anyway), delete the learner's files, close the connections."""
-        names = [self._checkpoint_name(n) for n in self._loaded_checkpoints]
-        names += [self._learner_name] if self._learner_name else []
-        for url in self.base_urls:
-            for name in names:
+        for name in list(self._served_paths):
+            for url in self.fleet.holding(name):
                 try:
                     self._post(url, "v1/unload_lora_adapter", {"lora_name": name})
                 except (ServerError, TransientRolloutError):
                     pass
+                self.fleet.unloaded(url, name)
+        self._served_paths = {}
         if self._learner_path:
             shutil.rmtree(self._learner_path, ignore_errors=True)
         if self._owns_root:  # RAM-backed: leave nothing behind (the next version recreates it)
