@@ -1,5 +1,6 @@
-"""Does a run still compute what it computed? The first steps of two shipped configs, on one
-thread, compared figure by figure with a reference recorded on an earlier commit.
+"""Does a run still compute what it computed? The first steps of two configs (the shipped
+recipes as they were when the reference was recorded), on one thread, compared figure by figure
+with a reference recorded on an earlier commit.
 
     python benchmarks/behaviour_check.py                       # record now, compare with the reference
     python benchmarks/behaviour_check.py record --out now.json # record only
@@ -31,6 +32,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CONFIGS = ["configs/tictactoe_tiny.yaml", "configs/kuhn_poker_league_tiny.yaml"]
+"""The configs' names in recordings; what runs is their copy in ``results/behaviour_configs``, the
+recipes as the reference recorded them, so that a change of a shipped recipe is not read as a
+change of what the code computes."""
+FROZEN = os.path.join(HERE, "results", "behaviour_configs")
 REFERENCE = os.path.join(HERE, "results", "behaviour_reference.json")
 TIMING = ("seconds", "tokens_per_s", "/lr", "wait_", "queue_depth", "running_requests", "adapter_load")
 """Figures that measure time or the machine, not what the run computed."""
@@ -38,7 +43,7 @@ TIMING = ("seconds", "tokens_per_s", "/lr", "wait_", "queue_depth", "running_req
 
 def record_config(config: str, steps: int, val_every: int) -> dict[str, dict[str, float]]:
     """``{metric: {step: value}}`` of the first ``steps`` steps of ``config``, fit on one thread."""
-    config_path = os.path.join(ROOT, config)
+    config_path = os.path.join(FROZEN, os.path.basename(config))
     with tempfile.TemporaryDirectory(prefix="behaviour-") as scratch:
         command = [
             os.path.join(os.path.dirname(sys.executable), "sp-lightning"), "fit", "--config", config_path,

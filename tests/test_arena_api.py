@@ -187,7 +187,7 @@ def test_step_and_run_drive_a_custom_arena_outside_lightning():
 @pytest.mark.slow
 def test_a_custom_arena_trains_through_fit_unchanged(tmp_path):
     CurriculumArena.calls = []
-    _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2,
+    _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--model.update_epochs", "1",
                              "--data.arena", f'{{"class_path": "{__name__}.CurriculumArena", '  # this module
                                              '"init_args": {"first": 3}}')
     assert [len(b.rollouts) for b in batches] == [3, 4]

@@ -267,7 +267,8 @@ def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_boun
     """Six steps with a validation after the third (the arena and the worker shared with it)."""
     from sp_lightning import build_from_config, make_trainer
 
-    module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--data.rollout", HF_OWN_COPY,
+    module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--model.update_epochs", "1",
+                                   "--data.rollout", HF_OWN_COPY,
                                    "--data.async_rollouts", '{"enabled": true, "queue_size": 1}',
                                    "--data.eval.games", "8")
     from lightning.pytorch.loggers import TensorBoardLogger

@@ -35,6 +35,7 @@ def _args(config, root, steps, *extra):
         "--trainer.logger.init_args.save_dir", str(root),
         "--data.episodes_per_batch", "8",
         "--data.eval.games", "4",
+        "--model.update_epochs", "1",  # one optimizer step per batch: these tests count both
         *extra,
     ]
 
@@ -110,9 +111,9 @@ def test_textarena_games_train_a_few_steps_on_the_tiny_model(tmp_path):
         f"trainer:\n  max_steps: 2\n  val_check_interval: 2\n  default_root_dir: {tmp_path}\n  logger: false\n"
         f"  callbacks:\n    - class_path: lightning.pytorch.callbacks.ModelCheckpoint\n"
         f"      init_args: {{dirpath: {tmp_path / 'ckpt'}, filename: last, enable_version_counter: false}}\n"
-        f"model:\n  policy:\n    tiny: {{games: {games}}}\n"
+        f"model:\n  update_epochs: 1\n  policy:\n    tiny: {{games: {games}}}\n"
         f"data:\n  games:\n{entries}\n  episodes_per_batch: 6\n  sampling: {{max_new_tokens: 8}}\n"
-        f'  eval: {{games: 4, invalid_move: null, opponent: "bot:chaos"}}\n'
+        f'  eval: {{games: 4, invalid_move: null, opponent: "bot:chaos", also_against: []}}\n'
     )
     main(["fit", "--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), "--config", str(overlay)])
     ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)

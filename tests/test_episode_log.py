@@ -25,7 +25,7 @@ def _events(path):
 @pytest.mark.slow
 def test_fit_writes_the_episode_log_and_the_decoded_records(tmp_path):
     log, records = tmp_path / "episodes.log", tmp_path / "records.jsonl"
-    _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--data.episodes_per_batch", "4",
+    _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--model.update_epochs", "1", "--data.episodes_per_batch", "4",
                              "--data.episode_log.path", str(log), "--data.episode_log.records", str(records))
     events = _events(log)
     kinds = [kind for kind, _, _ in events]
