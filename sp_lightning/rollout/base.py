@@ -187,6 +187,18 @@ def save_learner_adapter(model, path: str) -> str:
     return nested if os.path.isdir(nested) else path
 
 
+def write_zero_adapter(model, path: str) -> str:
+    """The learner's adapter layout with every weight zero, written to ``path``: served, it is
+    the base model exactly (LoRA adds B @ A = 0)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = save_learner_adapter(model, path)
+    weights = os.path.join(path, "adapter_model.safetensors")
+    save_file({k: torch.zeros_like(v) for k, v in load_file(weights).items()}, weights)
+    return path
+
+
 def check_adapter_dir(name: str, path: str) -> None:
     """``register_adapter``'s check: ``path`` must be a peft adapter directory."""
     if not os.path.isfile(os.path.join(path, "adapter_config.json")):

