@@ -8,7 +8,7 @@ yardstick; for Kuhn Poker also the learner's exact exploitability at that checkp
 the validated exploitabilities over the last quarter of the run (the last iterates, not only the
 best one), read from the run's TensorBoard events.
 
-    python benchmarks/reproduce_results.py                      # every recipe, seeds 0 1 2
+    python benchmarks/reproduce_results.py                      # every recipe, seeds 0 1 2 (~75 min)
     python benchmarks/reproduce_results.py --recipes tictactoe_tiny --seeds 0 --out /tmp/r
 
 Prints one Markdown table per recipe (with the commit, seeds and games) and writes
@@ -43,6 +43,17 @@ RECIPES = {
         "game": "kuhn_poker_v1",
         "exploitability": "val/kuhn_poker_v1/exploitability",
         "bars": "exploitability <= 0.05 at the result checkpoint and <= 0.08 averaged over the last quarter",
+    },
+    # the same league on 2 DDP ranks (gloo) with the same total episodes per step (64 per rank):
+    # its exploitability should sit within the one-rank runs' seed-to-seed spread
+    "kuhn_poker_league_tiny_ddp2": {
+        "config": "configs/kuhn_poker_league_tiny.yaml",
+        "fit_flags": ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                      "--data.episodes_per_batch", "64"],
+        "opponents": ["bot:random"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "bars": "within the one-rank runs' spread (2 ranks x 64 episodes against 1 rank x 128)",
     },
 }
 
@@ -79,7 +90,7 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
     start = time.time()
     with open(os.path.join(work, "fit.log"), "w") as log:
         subprocess.run([*CLI, "fit", "--config", config, "--seed_everything", str(seed),
-                        "--trainer.enable_progress_bar", "false", *fit_flags],
+                        "--trainer.enable_progress_bar", "false", *spec.get("fit_flags", []), *fit_flags],
                        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
     fit_seconds = time.time() - start
     best = glob.glob(os.path.join(work, "runs", "*", "checkpoints", "best.ckpt"))
@@ -113,7 +124,7 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
 
 def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
     games = 2 * results[0]["games_per_seat"] if results else 0
-    lines = [f"### `{spec['config']}`", "",
+    lines = [f"### `{spec['config']}` {' '.join(spec.get('fit_flags', []))}", "",
              f"Commit {sha}; training seeds {', '.join(str(r['seed']) for r in results)}; {games} games per "
              f"yardstick on evaluation seed {EVAL_SEED}, played as `data.eval` plays; 95% intervals. Bars: {spec['bars']}.", ""]
     head = "| seed | fit | result step |"
