@@ -85,14 +85,12 @@ class RankRecorder(L.Callback):
         batch = pl_module.last_batch  # the step reads its batch from the dataloader itself
         trainable = [p for p in pl_module.parameters() if p.requires_grad]
         games = [[(agent, str(policy)) for agent, policy in sorted(r.seats.items())]
-                 + [s.info.get("parsed_move") or "?" for s in r.steps] for r in batch.rollouts]
+                 + [s.completion.text for s in r.steps] for r in batch.rollouts]  # what each seat answered
         line = {"step": trainer.global_step, "weights": digest(trainable), "records": len(batch.records),
                 "games": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16] if games else None,
                 "game_count": len(games), "seats": [[str(p) for _, p in sorted(r.seats.items())] for r in batch.rollouts],
                 "rated_games": sum(1 for r in batch.rollouts
-                                   if any(p.kind is not PolicyKind.LEARNER for p in r.seats.values())),
-                "first_moves": [g[len(r.seats)] if len(g) > len(r.seats) else None
-                                for g, r in zip(games, batch.rollouts)]}
+                                   if any(p.kind is not PolicyKind.LEARNER for p in r.seats.values()))}
         league = next((c for c in trainer.callbacks if type(c).__name__ == "LeagueCallback"), None)
         if league is not None:
             line["league"] = sorted(c.id for c in league.sampler.candidates)

@@ -177,7 +177,6 @@ def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config
         assert a["league"] == b["league"], f"step {a['step']}: the ranks see different leagues"
         assert not b["evaluator_running"], "only rank 0 runs the evaluator"
     assert any(line["evaluator_running"] for line in zero), "rank 0 ran the evaluator"
-    assert any(a["first_moves"] != b["first_moves"] for a, b in zip(zero, one))
 
     league = LeagueRegistry(tmp_path / "league" / "league.json").read()
     checkpoints = sorted(a.step for a in league.agents.values() if a.type == "checkpoint")

@@ -187,7 +187,8 @@ class ServerRolloutWorker(RolloutWorker):
         """Take back the servers out of the rotation that answer again (those due for a probe, or
         all of them with ``force``), with what they report loaded; unload names of this worker's
         that it no longer serves (an old learner version left on a server that was cut off)."""
-        due = [u for u in self.base_urls if u not in self.fleet.live()] if force else self.fleet.due_for_probe()
+        live = self.fleet.live()
+        due = [u for u in self.base_urls if u not in live] if force else self.fleet.due_for_probe()
         for url in due:
             try:
                 self._get(url, "health", timeout=min(self.timeout, 5.0))
