@@ -219,6 +219,10 @@ class SerializedWorker(RolloutWorker):
         with self._calls:
             self.inner.publish_weights()
 
+    def keep_unsharded_copy(self, device) -> None:
+        with self._calls:
+            self.inner.keep_unsharded_copy(device)
+
 
 @contextmanager
 def _held() -> Iterator[None]:

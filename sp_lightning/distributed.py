@@ -40,6 +40,15 @@ def sum_floats(values: Iterable[float]) -> list[float]:
     return tensor.tolist()
 
 
+def max_int(value: int) -> int:
+    """The largest of the ranks' ``value``."""
+    if not _group_ready():
+        return int(value)
+    tensor = torch.tensor([int(value)], dtype=torch.int64)
+    torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.MAX)
+    return int(tensor.item())
+
+
 def sum_gradients(parameters: Iterable[torch.Tensor]) -> None:
     """Every parameter's gradient replaced by its sum over the ranks, in one flat collective (a
     parameter without a gradient counts as zeros, so a rank that trained on nothing takes part)."""

@@ -25,7 +25,7 @@ from sp_lightning import rng as rng_streams
 from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
-from sp_lightning import distributed
+from sp_lightning import distributed, sharding
 from sp_lightning.data import callbacks_of
 from sp_lightning.engine import engine_of
 from sp_lightning.model import PolicySettings, load_policy
@@ -353,6 +353,7 @@ class SelfPlayModule(L.LightningModule):
         """The last training step's Batch (records, rollouts, metrics), for callbacks."""
         self.nonfinite_steps = 0
         self._resumed_rng_states: dict | None = None  # from on_load_checkpoint, for on_train_start
+        self.sharded = False  # the frozen base sharded over the ranks (configure_model, FSDP)
 
     @property
     def last_rollouts(self) -> list:
@@ -376,6 +377,21 @@ class SelfPlayModule(L.LightningModule):
     def configure_callbacks(self):
         """The callbacks the config's ``data`` block installs (a league's), handed to Lightning."""
         return callbacks_of(self.trainer)
+
+    def configure_model(self) -> None:
+        """Under ``ModelParallelStrategy``: the frozen base sharded over the ranks with FSDP2, the
+        adapter left whole (sp_lightning.sharding). The rollout backend first takes what it needs
+        of the unsharded model (a whole copy, for a backend that generates with the trainer's)."""
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        if not sharding.shards_model(strategy) or self.sharded:
+            return
+        if not self.uses_adapter:
+            raise ValueError("trainer.strategy: ModelParallelStrategy shards the frozen base model and trains a LoRA "
+                             "adapter; set model.policy.lora (or use ddp to train every weight)")
+        mesh = sharding.data_parallel_mesh(strategy)
+        self.engine.worker.keep_unsharded_copy(strategy.root_device)
+        sharding.shard_frozen_base(self.model, mesh)
+        self.sharded = True
 
     # ---- optimisation -------------------------------------------------------------------------
     def configure_optimizers(self):
@@ -411,7 +427,7 @@ class SelfPlayModule(L.LightningModule):
     def _shares_prompts(self) -> bool:
         """Whether micro-batches may compute each distinct prompt once. Not under gradient
         checkpointing: Hugging Face models keep no key/value cache there."""
-        if not self.share_prompts:
+        if not self.share_prompts or self.sharded:  # sharded: one forward per micro-batch on every rank
             return False
         checkpointing = getattr(self.model, "is_activation_checkpointing", None)  # transformers >= 5
         if checkpointing is None:
@@ -480,25 +496,30 @@ class SelfPlayModule(L.LightningModule):
             for chunk in split_micro_batches(ordered, self.micro_batch_size, self.micro_batch_tokens,
                                              self.max_train_tokens)
         ]
+        # sharded, every forward and backward pass is a collective: each rank runs as many
+        fillers = distributed.max_int(len(micro_batches)) - len(micro_batches) if self.sharded else 0
         totals: dict[str, float] = {}
         passes = 0  # passes that ended in an optimizer step
         for _ in range(self.update_epochs):
-            pass_totals = self._accumulate_gradients(micro_batches, counts, how)
+            pass_totals = self._accumulate_gradients(micro_batches, counts, how, fillers)
             if not self._optimizer_step(opt, records, pass_totals):
                 break  # keep what the earlier passes learnt, if any
             totals, passes = pass_totals, passes + 1
         return totals, passes
 
     def _accumulate_gradients(self, micro_batches: list[_MicroBatch], counts: _Counts,
-                              how: _UpdateInputs) -> dict[str, float]:
+                              how: _UpdateInputs, fillers: int = 0) -> dict[str, float]:
         """One pass of the loss over this rank's micro-batches, then the gradients summed over the
         ranks once (distributed.sum_gradients), ready for one optimizer step; returns the pass's
         diagnostics (token-weighted over every rank) and its summed loss. A rank with fewer or no
-        micro-batches does fewer or no backward passes: the one collective follows them."""
+        micro-batches does fewer or no backward passes: the one collective follows them. With a
+        sharded model it runs ``fillers`` passes that change nothing instead (see _filler_pass)."""
         totals: dict[str, float] = {}
         strategy = self._trainer.strategy if self._trainer is not None else None
         with distributed.local_backward(strategy):
             self._backward_passes(micro_batches, counts, how, totals)
+            for _ in range(fillers):
+                self._filler_pass()
         distributed.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
         return distributed.sum_metrics(totals)
 
@@ -551,6 +572,19 @@ class SelfPlayModule(L.LightningModule):
             for key, value in diag.items():
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
+
+    def _filler_pass(self) -> None:
+        """The forward and backward passes of a micro-batch, on two padding tokens, with a loss of
+        zero: what a rank with fewer micro-batches than the others runs under a sharded model,
+        whose every pass gathers each layer's weights from all ranks (a rank that skipped one
+        would leave the others waiting). The same passes in the same order as a real micro-batch:
+        the policy's forward, the reference forward when the KL term runs, the backward."""
+        ids = torch.full((1, 2), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
+        logits = self.model(input_ids=ids, logits_to_keep=1).logits
+        if self.loss_settings.kl_coef > 0 and self.uses_adapter:
+            with torch.no_grad(), self.model.disable_adapter():
+                self.model(input_ids=ids, logits_to_keep=1)
+        self.manual_backward(logits.sum() * 0.0)
 
     def _optimizer_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> bool:
         """Clip and step on the accumulated gradients (``totals`` gains ``grad_norm``); a

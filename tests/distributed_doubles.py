@@ -89,6 +89,7 @@ class RankRecorder(L.Callback):
         line = {"step": trainer.global_step, "weights": digest(trainable), "records": len(batch.records),
                 "games": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16] if games else None,
                 "game_count": len(games), "seats": [[str(p) for _, p in sorted(r.seats.items())] for r in batch.rollouts],
+                "sharded": pl_module.sharded,
                 "rated_games": sum(1 for r in batch.rollouts
                                    if any(p.kind is not PolicyKind.LEARNER for p in r.seats.values()))}
         league = next((c for c in trainer.callbacks if type(c).__name__ == "LeagueCallback"), None)

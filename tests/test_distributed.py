@@ -19,6 +19,7 @@ import time
 
 import pytest
 import torch
+import yaml
 
 from tests.helpers import free_ports
 
@@ -154,6 +155,36 @@ def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path, rec
     assert not list(pair.glob("grad-rank*.pt")), "no optimizer step was taken on any rank"
 
 
+# ---- FSDP: the frozen base sharded over the ranks (ModelParallelStrategy on gloo) -----------------
+with open(os.path.join(CONFIGS, "overlays", "fsdp2_cpu.yaml")) as _f:
+    SHARDED = yaml.safe_load(_f)  # the shipped overlay: ModelParallelStrategy, own_copy
+
+
+def _sharded(extra: dict) -> dict:
+    merged = json.loads(json.dumps(extra))
+    merged.setdefault("trainer", {}).update(SHARDED["trainer"])
+    merged.setdefault("data", {}).update(SHARDED["data"])
+    return merged
+
+
+def test_a_sharded_base_gives_the_gradient_of_one_rank_even_when_a_rank_has_no_records(tmp_path, recorded):
+    """FSDP2 over two ranks, the frozen base sharded and the adapter whole: rank 0 trains on
+    every record in several micro-batches while rank 1 has none, so rank 1 runs filler passes
+    (every pass of a sharded model is a collective); the adapter's gradient is the one-process
+    gradient on all the records, and the ranks step alike."""
+    path, count = recorded
+    alone, pair = tmp_path / "one", tmp_path / "two"
+    kl = ("--model.loss.kl_coef", "0.05")  # the reference forward too: one more pass to keep in step
+    _fit("kuhn_poker_tiny.yaml", alone, 1, _replay(path), "--trainer.max_steps", "2", *kl)
+    _fit("kuhn_poker_tiny.yaml", pair, 2, _sharded(_replay(path, shares=[list(range(count)), []])),
+         "--trainer.max_steps", "2", *kl, timeout=300)
+    assert [line["records"] for line in _lines(pair, 1)] == [0, 0]
+    assert [line["sharded"] for line in _lines(pair, 0)] == [True, True]
+    for rank in (0, 1):
+        _assert_close(_gradients(pair, rank), _gradients(alone, 0))
+    assert [line["weights"] for line in _lines(pair, 0)] == [line["weights"] for line in _lines(pair, 1)]
+
+
 # ---- the league under DDP ---------------------------------------------------------------------
 def _league_fit(config: str, root, steps: int, *args: str, devices: int = 2):
     extra = {"data": {"episodes_per_batch": 16, "eval": {"games": 8}}}
@@ -223,14 +254,16 @@ def _last_step(path) -> int:
         return -1
 
 
-@pytest.mark.parametrize("devices", [1, 2])
-def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices):
+@pytest.mark.parametrize("devices,sharded", [(1, False), (2, False), (2, True)], ids=["1-rank", "2-ddp", "2-fsdp"])
+def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices, sharded):
     steps = 8
     checkpoints = {"trainer": {"callbacks": [
         {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
          "init_args": {"dirpath": "ckpt", "filename": "last", "every_n_train_steps": 1,
                        "enable_version_counter": False}}]},
         "data": {"episodes_per_batch": 8, "eval": {"games": 8}}}
+    if sharded:  # the shipped FSDP2 overlay (its checkpoints: one file, the adapter only)
+        checkpoints = _sharded(checkpoints)
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     common = ["--trainer.max_steps", str(steps), "--data.league.schedule",
               '{"recent_every": 2, "recent_window": 4, "anchor_every": 6}',
@@ -278,8 +311,20 @@ def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices)
     ours_league, theirs_league = league(ours, killed), league(theirs, reference)
     assert ours_league[1], "games were rated"
     assert ours_league == theirs_league, "the same league: agents, ratings, every match and pending blocks"
+    if sharded:  # the league's adapter of the last step, saved from the sharded model, is the
+        # checkpoint's trained weights, whole, and loads with peft as any adapter does
+        from peft import PeftModel
+
+        from sp_lightning import build_from_config
+
+        module, _ = build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"))
+        loaded = dict(PeftModel.from_pretrained(module.model.unload(), killed / "league" / "adapters" /
+                                                f"ckpt-{steps:06d}").named_parameters())
+        for key, value in ours["state_dict"].items():
+            assert torch.equal(loaded[key.removeprefix("model.")], value), key
     # the resumed lines (killed_at+1..steps) of each rank match the reference's
     for rank in range(devices):
+        assert {line["sharded"] for line in _lines(killed, rank)} == {sharded}
         mine = {line["step"]: line for line in _lines(killed, rank)}
         ref = {line["step"]: line for line in _lines(reference, rank)}
         for step in range(killed_at + 1, steps + 1):

@@ -126,6 +126,19 @@ class RolloutWorker(ABC):
         that a generation on the producer thread never reads weights the optimizer is changing.
         A backend that generates with the trainer's own weights has nothing to do."""
 
+    def keep_unsharded_copy(self, device) -> None:
+        """The trainer is about to shard its model's frozen weights over the ranks (FSDP,
+        ``sp_lightning.sharding``), after which a rank cannot run it alone. A backend that
+        generates with the trainer's model object takes a whole copy of its own now, on
+        ``device``, or refuses naming the key that would give it one. Backends holding their own
+        weights (vLLM, servers) have nothing to do: they only read the trained adapter, which
+        stays whole on every rank."""
+        if self.shares_weights:
+            raise refuse(self, "generate from a sharded model (each rank's games need different numbers of "
+                         "forward passes, and every pass of a sharded model is a collective)",
+                         "trainer.strategy", "give the backend a copy of its own (own_copy: true), or use "
+                         "VLLMRolloutWorker / ServerRolloutWorker")
+
     def health_metrics(self) -> dict[str, float]:
         """``rollout/...`` figures of the backend's own state, logged with every batch (the server
         backend: servers in the rotation, taken out, taken back); none by default."""

@@ -162,6 +162,21 @@ class HFRolloutWorker(RolloutWorker):
                 mine[name].copy_(p)
             self._published_key = key
 
+    def keep_unsharded_copy(self, device) -> None:
+        """With ``own_copy``: the copy is taken now, whole, before the trainer's model is sharded
+        (FSDP), and moved to ``device``; later syncs copy the trained weights into it as usual
+        (they stay whole on every rank). Without ``own_copy``: refused, naming the key."""
+        if not self.own_copy:
+            raise refuse(self, "generate from a sharded model (each rank's games need different numbers of forward "
+                         "passes, and every pass of a sharded model is a collective)", "data.rollout.init_args.own_copy",
+                         "set it to true (the backend then generates from a whole copy of its own), or use "
+                         "VLLMRolloutWorker / ServerRolloutWorker")
+        with torch.inference_mode(False), torch.no_grad():
+            if self.model is self.trainer_model:
+                self.model = copy.deepcopy(self.trainer_model).to(device)
+                self._merged = None
+                self._published_key = None
+
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
