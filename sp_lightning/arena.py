@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from sp_lightning.learners import Learners
 from sp_lightning.batch import Batch, batch_summary, decoded_record, describe_rollout, rollout_metrics, to_records
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episodes import Episode
@@ -48,6 +49,8 @@ class Arena:
         source: What ``get_batch`` draws from when no episode is registered (a run's engine gives
             the config's ``data.episodes`` or its games' mix).
         episode_log: A :class:`sp_lightning.episode_log.EpisodeLog` to write the run's events to.
+        learners: The run's learners (``model.learners``): which one answers a learner request
+            in each role (None: one unnamed learner answers them all).
 
     In a config, ``data.arena`` names a subclass and its own arguments (``init_args:
     {max_concurrent: N}``); the run's engine gives it the rest. Subclass it and override
@@ -60,7 +63,7 @@ class Arena:
                  bots: dict | None = None, retry: RetrySettings | None = None, remotes: dict | None = None,
                  max_concurrent: int | None = None, episodes_per_batch: int = 64,
                  credit: CreditAssigner | None = None, seed: int = 0, source: EpisodeSource | None = None,
-                 episode_log=None):
+                 episode_log=None, learners: Learners | None = None):
         if max_concurrent is not None and max_concurrent < 1:
             raise ValueError(f"arena.max_concurrent: expected >= 1 or null, got {max_concurrent!r}")
         if episodes_per_batch < 1:
@@ -76,7 +79,7 @@ class Arena:
         self.source = source
         self.episode_log = episode_log
         self.scheduler = Scheduler(worker, self.sampling, retry or RetrySettings(), self.bots, self.remotes,
-                                   episode_log, self.credit.branching)
+                                   episode_log, self.credit.branching, learners)
         self.roles: dict[str, Role] = {}
         self.episodes: dict[str, tuple[Episode, float]] = {}  # name -> (episode, weight)
         self.stores: dict[str, ArtifactStore] = {}

@@ -48,6 +48,7 @@ def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
                 action_mask=[1] * len(c.completion_ids),
                 policy_version=c.policy_version,
                 legal_actions=step.info.get("legal_actions") or None,
+                learner=c.policy.name,
             )
         )
     return records

@@ -155,7 +155,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         without a Trainer."""
         if self._engine is None:
             self._engine = Engine(self.settings, module.model, module.tokenizer, rank=rank, world_size=world_size,
-                                  update_epochs=module.update_epochs, fit=fit)
+                                  update_epochs=module.update_epochs, fit=fit,
+                                  learners=getattr(module, "learners", None))
             if self._restored is not None:
                 self._engine.load_state_dict(self._restored)
                 self._restored = None

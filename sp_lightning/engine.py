@@ -45,6 +45,7 @@ from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
+from sp_lightning.learners import Learners
 from sp_lightning.types import LEARNER, as_policy
 
 log = logging.getLogger(__name__)
@@ -175,10 +176,11 @@ class Engine:
         world_size: The number of data-parallel ranks (validation splits its games over them).
         update_epochs: Optimizer steps per batch (``model.update_epochs``), for the async lag bound.
         fit: Whether the engine serves a fit (asynchronous collection, the trainable-backend check).
+        learners: The module's learners (``model.learners``; None: one unnamed learner).
     """
 
     def __init__(self, settings: EngineSettings, model, tokenizer, *, rank: int = 0, world_size: int = 1,
-                 update_epochs: int = 1, fit: bool = False):
+                 update_epochs: int = 1, fit: bool = False, learners: Learners | None = None):
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
         check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
@@ -207,8 +209,9 @@ class Engine:
             worker=self.worker, sampling=settings.sampling, retry=settings.retry,
             bots={**make_bots(bot_seed), **settings.source.bots(bot_seed)},
             remotes=settings.remote_models, credit=settings.credit, episodes_per_batch=settings.episodes_per_batch,
-            seed=settings.seed, source=settings.source, episode_log=episode_log,
+            seed=settings.seed, source=settings.source, episode_log=episode_log, learners=learners,
         )
+        self.learners = learners if learners is not None else Learners()
 
     # ---- batches ----------------------------------------------------------------------------
     def next_batch(self) -> Batch:

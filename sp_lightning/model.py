@@ -205,15 +205,50 @@ def load_base(settings: PolicySettings):
     return model, tokenizer
 
 
-def load_policy(settings: PolicySettings):
+def _lora_config(lora: LoraSettings, tokenizer, settings: PolicySettings, key: str):
+    from peft import LoraConfig
+
+    token_ids = _trainable_token_ids(lora.trainable_tokens, tokenizer, settings.tiny.games)
+    return LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=0.0,  # the shared-prompt forward is exact only without dropout
+        target_modules=lora.target_modules,
+        trainable_token_indices=token_ids or None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def _with_adapter(model, config, adapter_name: str, key: str):
+    from peft import get_peft_model
+
+    try:
+        return get_peft_model(model, config, adapter_name=adapter_name)
+    except ValueError as err:  # peft's NoMatchingPeftModuleError among them
+        linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
+                         if isinstance(module, torch.nn.Linear)})
+        raise ValueError(
+            f"{key}.target_modules: {config.target_modules!r} does not fit this model ({err}); "
+            f"its linear modules are {linear}, or use 'all-linear'"
+        ) from err
+
+
+def load_policy(settings: PolicySettings, learners: dict | None = None):
     """Base model + (new or warm-started) LoRA adapter, and the tokenizer.
 
     Returns ``(model, tokenizer)``. With LoRA, only the adapter's weights require grad; the base
-    model is the reference policy (``model.disable_adapter()``).
+    model is the reference policy (``model.disable_adapter()``). With ``learners`` (name ->
+    ``sp_lightning.learners.LearnerSettings``), one adapter per learner, each with
+    ``settings.lora`` updated by the learner's own ``lora`` keys, all trainable.
     """
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import PeftModel
+
+    from sp_lightning.learners import adapter_of, overridden, trainable_again
 
     model, tokenizer = load_base(settings)
+    if learners and (settings.lora is None or settings.adapter_path is not None):
+        raise ValueError("model.learners: each learner is a new LoRA adapter of the base model: set "
+                         "model.policy.lora (and no policy.adapter_path)")
     if settings.adapter_path is not None:
         if not os.path.isdir(settings.adapter_path):
             raise ValueError(
@@ -221,26 +256,18 @@ def load_policy(settings: PolicySettings):
                 f"{settings.adapter_path!r} (no such directory)"
             )
         model = PeftModel.from_pretrained(model, settings.adapter_path, is_trainable=True)
+    elif learners:
+        for index, (name, learner) in enumerate(learners.items()):
+            lora = overridden(settings.lora, learner.lora, f"model.learners.{name}.lora")
+            config = _lora_config(lora, tokenizer, settings, f"model.learners.{name}.lora")
+            if index == 0:
+                model = _with_adapter(model, config, adapter_of(name), f"model.learners.{name}.lora")
+            else:
+                model.add_adapter(adapter_of(name), config)
+        trainable_again(model)
     elif settings.lora is not None:
-        lora = settings.lora
-        token_ids = _trainable_token_ids(lora.trainable_tokens, tokenizer, settings.tiny.games)
-        config = LoraConfig(
-            r=lora.r,
-            lora_alpha=lora.alpha,
-            lora_dropout=0.0,  # the shared-prompt forward is exact only without dropout
-            target_modules=lora.target_modules,
-            trainable_token_indices=token_ids or None,
-            task_type="CAUSAL_LM",
-        )
-        try:
-            model = get_peft_model(model, config)
-        except ValueError as err:  # peft's NoMatchingPeftModuleError among them
-            linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                             if isinstance(module, torch.nn.Linear)})
-            raise ValueError(
-                f"policy.lora.target_modules: {lora.target_modules!r} does not fit this model ({err}); "
-                f"its linear modules are {linear}, or use 'all-linear'"
-            ) from err
+        model = _with_adapter(model, _lora_config(settings.lora, tokenizer, settings, "policy.lora"),
+                              "default", "policy.lora")
     if settings.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if hasattr(model, "enable_input_require_grads"):

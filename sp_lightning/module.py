@@ -28,8 +28,10 @@ from sp_lightning.losses import (
 from sp_lightning import distributed, sharding
 from sp_lightning.data import callbacks_of
 from sp_lightning.engine import engine_of
+from sp_lightning.learners import LearnerSettings, Learners, activate, overridden, params_of, trainable_again
 from sp_lightning.model import PolicySettings, load_policy
-from sp_lightning.rollout.hf import LEARNER_ADAPTER, left_pad
+from sp_lightning.rollout.base import save_learner_adapter
+from sp_lightning.rollout.hf import left_pad
 from sp_lightning.shared_prompts import SharedPrompts, collate_shared, group_by_prompt, shared_window_logits
 from sp_lightning.types import TrainingRecord
 
@@ -298,6 +300,7 @@ class SelfPlayModule(L.LightningModule):
         max_train_tokens: int | None = None,
         update_epochs: int = 1,
         share_prompts: bool = True,
+        learners: dict[str, LearnerSettings] | None = None,
     ):
         """
         Args:
@@ -326,6 +329,12 @@ class SelfPlayModule(L.LightningModule):
                 prompt, so their update costs a fraction of the plain forward. Used per
                 micro-batch where it saves at least a quarter of the tokens; the logits and
                 gradients are the plain forward's within float rounding. False: always plain.
+            learners: Several policies learning at once (sp_lightning.learners): name -> the
+                roles it plays and its overrides of ``policy.lora``, ``optimizer`` and ``loss``.
+                Each is its own LoRA adapter of the one base model, updated in every step from
+                its own records with its own loss normalisation, clipping and optimizer state
+                (one AdamW, a parameter group per learner); metrics ``train/<name>/...``.
+                Null: one unnamed learner.
         """
         super().__init__()
         self.save_hyperparameters()
@@ -344,11 +353,19 @@ class SelfPlayModule(L.LightningModule):
         self.max_train_tokens = max_train_tokens
         self.share_prompts = share_prompts
         self.automatic_optimization = False
-        self.model, self.tokenizer = load_policy(self.policy_settings)
+        self.learners = Learners(learners)
+        # each learner's loss and optimizer settings: the model's, with its own keys changed
+        self.loss_of = {name: overridden(self.loss_settings, self.learners.settings[name].loss,
+                                         f"model.learners.{name}.loss") if name else self.loss_settings
+                        for name in self.learners.names}
+        self.optim_of = {name: overridden(self.optim, self.learners.settings[name].optimizer,
+                                          f"model.learners.{name}.optimizer") if name else self.optim
+                         for name in self.learners.names}
+        self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.strict_loading = not self.uses_adapter
         self._move_token_ids: dict[str, int | None] = {}
-        self.nonfinite_in_a_row = 0  # optimizer steps skipped in a row for a NaN / inf
+        self.nonfinite_in_a_row = {name: 0 for name in self.learners.names}  # steps skipped in a row, per learner
         self.last_batch = None
         """The last training step's Batch (records, rollouts, metrics), for callbacks."""
         self.nonfinite_steps = 0
@@ -395,11 +412,15 @@ class SelfPlayModule(L.LightningModule):
 
     # ---- optimisation -------------------------------------------------------------------------
     def configure_optimizers(self):
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(params, lr=self.optim.lr, betas=tuple(self.optim.betas),
-                                weight_decay=self.optim.weight_decay)
+        # one optimizer, a parameter group per learner: one optimizer step per pass whatever the
+        # number of learners (Lightning counts every optimizer's steps in global_step)
+        groups = [{"params": params_of(self.model, name), "lr": self.optim_of[name].lr,
+                   "betas": tuple(self.optim_of[name].betas), "weight_decay": self.optim_of[name].weight_decay}
+                  for name in self.learners.names]
+        opt = torch.optim.AdamW(groups)
         total = self.trainer.max_steps if self._trainer is not None and self.trainer.max_steps > 0 else 0
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: self.optim.lr_factor(step, total))
+        factors = [lambda step, o=self.optim_of[name]: o.lr_factor(step, total) for name in self.learners.names]
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factors)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def sequence_logprobs(self, batch: TrainBatch, disable_adapter: bool = False, temperature: float = 1.0):
@@ -442,92 +463,116 @@ class SelfPlayModule(L.LightningModule):
         records = batch.records
         self.last_batch = batch
         start = time.perf_counter()
-        # the counts over every rank: each rank's loss is normalised by them, so the gradients
-        # summed over the ranks are those of one process training on every rank's records
-        counts = _Counts(*distributed.sum_floats([sum(sum(r.action_mask) for r in records), len(records),
-                                                  sum(r.advantage for r in records)]))
-        if counts.records == 0:  # every move came from bots or was empty, on every rank: nothing to learn
+        names = self.learners.names
+        mine = {name: [r for r in records if r.learner == name] for name in names}
+        # the counts over every rank, per learner: each rank's loss is normalised by them, so the
+        # gradients summed over the ranks are those of one process training on every rank's records
+        flat = distributed.sum_floats([value for name in names for value in (
+            sum(sum(r.action_mask) for r in mine[name]), len(mine[name]), sum(r.advantage for r in mine[name]))])
+        counts = {name: _Counts(*flat[3 * k: 3 * k + 3]) for k, name in enumerate(names)}
+        if not any(c.records for c in counts.values()):  # every move came from bots or was empty, on every rank
             self._log_rollout(batch.metrics)
             return None
         # ---- update: loss over micro-batches, optimizer step(s) ----
-        how = _UpdateInputs(temperature=float(engine.sampling.temperature),
-                            importance_sampling=uses_importance_sampling(self.loss_settings, engine.worker))
+        how = {name: _UpdateInputs(temperature=float(engine.sampling.temperature),
+                                   importance_sampling=uses_importance_sampling(self.loss_of[name], engine.worker))
+               for name in names}
         with engine.update_overlap():  # asynchronous collection plays the next batches meanwhile
-            totals, passes = self._update(opt, records, how, counts)
-        if passes == 0:  # nothing learnt from this batch
+            totals, passes = self._update(opt, mine, how, counts)
+        if not any(passes.values()):  # nothing learnt from this batch
             self._log_rollout(batch.metrics)
             return None
-        if passes == self.update_epochs:
-            self.nonfinite_in_a_row = 0
+        for name in names:
+            if passes[name] == self.update_epochs:
+                self.nonfinite_in_a_row[name] = 0
         engine.worker.sync_weights(self.global_step)
         # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
         # earlier passes moved the policy from the one that played) ----
         elapsed = time.perf_counter() - start
-        trained_tokens = passes * sum(len(r.prompt_ids) + len(r.completion_ids) for r in records)
+        trained_tokens = sum(passes[r.learner] * (len(r.prompt_ids) + len(r.completion_ids)) for r in records)
         # the whole step: playing the batch (timed by the arena; under asynchronous collection
         # only the wait for it, the rest overlapped the previous update) and learning from it
         played = batch.metrics.get("rollout/wait_seconds", batch.metrics.get("rollout/seconds", 0.0))
-        timing = distributed.mean_metrics({"train/tokens_per_s": trained_tokens / max(elapsed, 1e-9),
-                                           "train/update_seconds": elapsed, "train/step_seconds": elapsed + played})
-        metrics = {f"train/{k}": v for k, v in totals.items()}
-        metrics.update(timing)
-        metrics["train/records"] = counts.records
-        metrics["train/advantage_mean"] = counts.advantage_sum / counts.records
-        s = self.loss_settings
-        metrics["train/entropy_coef"] = s.entropy_coef_at(self.global_step)
-        if s.magnet_coef:
-            metrics["train/magnet_coef"] = s.magnet_coef_at(self.global_step)
-        metrics["train/lr"] = opt.param_groups[0]["lr"]
+        metrics = distributed.mean_metrics({"train/tokens_per_s": trained_tokens / max(elapsed, 1e-9),
+                                            "train/update_seconds": elapsed, "train/step_seconds": elapsed + played})
+        for k, name in enumerate(names):
+            if not counts[name].records:
+                continue
+            prefix = f"train/{name}/" if name else "train/"
+            metrics.update({f"{prefix}{key}": value for key, value in totals[name].items()})
+            metrics[f"{prefix}records"] = counts[name].records
+            metrics[f"{prefix}advantage_mean"] = counts[name].advantage_sum / counts[name].records
+            s = self.loss_of[name]
+            metrics[f"{prefix}entropy_coef"] = s.entropy_coef_at(self.global_step)
+            if s.magnet_coef:
+                metrics[f"{prefix}magnet_coef"] = s.magnet_coef_at(self.global_step)
+            metrics[f"{prefix}lr"] = opt.param_groups[k]["lr"]
         self.log_dict(metrics, batch_size=max(len(records), 1))
         self._log_rollout(batch.metrics)
         return None
 
-    def _update(self, opt, records: list[TrainingRecord], how: _UpdateInputs,
-                counts: _Counts) -> tuple[dict[str, float], int]:
-        """``update_epochs`` passes over the records, each ending in an optimizer step; returns
-        the last completed pass's diagnostics and how many passes stepped."""
+    def _update(self, opt, records: dict[str, list[TrainingRecord]], how: dict[str, _UpdateInputs],
+                counts: dict[str, _Counts]) -> tuple[dict[str, dict[str, float]], dict[str, int]]:
+        """``update_epochs`` passes over each learner's records, each pass ending in one optimizer
+        step for every learner still stepping; returns each learner's last completed pass's
+        diagnostics and how many of its passes stepped. A learner whose pass was not finite keeps
+        what its earlier passes learnt and sits out the later ones; the others go on."""
         # collated once, reused by every pass; with several passes each micro-batch's legal-move
         # mask is built on first use and kept for the later ones
-        pad = self.tokenizer.pad_token_id
         share = self._shares_prompts()
-        ordered = group_by_prompt(records) if share else records  # the loss is a sum: order is free
-        micro_batches = [
-            _MicroBatch.collated(chunk, pad, self.max_train_tokens, self.device, share)
-            for chunk in split_micro_batches(ordered, self.micro_batch_size, self.micro_batch_tokens,
-                                             self.max_train_tokens)
-        ]
+        active = [name for name in self.learners.names if counts[name].records]
+        micro_batches = {name: self._micro_batches(records[name], share) for name in active}
         # sharded, every forward and backward pass is a collective: each rank runs as many
-        fillers = distributed.max_int(len(micro_batches)) - len(micro_batches) if self.sharded else 0
-        totals: dict[str, float] = {}
-        passes = 0  # passes that ended in an optimizer step
-        for _ in range(self.update_epochs):
-            pass_totals = self._accumulate_gradients(micro_batches, counts, how, fillers)
-            if not self._optimizer_step(opt, records, pass_totals):
-                break  # keep what the earlier passes learnt, if any
-            totals, passes = pass_totals, passes + 1
+        fillers = {name: (distributed.max_int(len(micro_batches[name])) - len(micro_batches[name])
+                          if self.sharded else 0) for name in active}
+        totals: dict[str, dict[str, float]] = {name: {} for name in self.learners.names}
+        passes = {name: 0 for name in self.learners.names}  # passes that ended in an optimizer step
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        try:
+            for _ in range(self.update_epochs):
+                pass_totals = {}
+                with distributed.local_backward(strategy):
+                    for name in active:
+                        activate(self.model, name)
+                        pass_totals[name] = {}
+                        self._backward_passes(micro_batches[name], counts[name], how[name], pass_totals[name],
+                                              self.loss_of[name])
+                        for _ in range(fillers[name]):
+                            self._filler_pass(self.loss_of[name])
+                # the gradients summed over the ranks once per pass (a rank with fewer or no
+                # micro-batches did fewer or no backward passes: the one collective follows them)
+                distributed.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
+                stepping = []
+                for name in active:
+                    pass_totals[name] = distributed.sum_metrics(pass_totals[name])
+                    if self._clipped_and_finite(name, pass_totals[name]):
+                        stepping.append(name)
+                    else:
+                        self._skip_nonfinite(name, records[name], pass_totals[name])
+                if not stepping:
+                    break
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                self.lr_schedulers().step()
+                for name in stepping:
+                    totals[name], passes[name] = pass_totals[name], passes[name] + 1
+                active = stepping
+        finally:
+            trainable_again(self.model)
         return totals, passes
 
-    def _accumulate_gradients(self, micro_batches: list[_MicroBatch], counts: _Counts,
-                              how: _UpdateInputs, fillers: int = 0) -> dict[str, float]:
-        """One pass of the loss over this rank's micro-batches, then the gradients summed over the
-        ranks once (distributed.sum_gradients), ready for one optimizer step; returns the pass's
-        diagnostics (token-weighted over every rank) and its summed loss. A rank with fewer or no
-        micro-batches does fewer or no backward passes: the one collective follows them. With a
-        sharded model it runs ``fillers`` passes that change nothing instead (see _filler_pass)."""
-        totals: dict[str, float] = {}
-        strategy = self._trainer.strategy if self._trainer is not None else None
-        with distributed.local_backward(strategy):
-            self._backward_passes(micro_batches, counts, how, totals)
-            for _ in range(fillers):
-                self._filler_pass()
-        distributed.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
-        return distributed.sum_metrics(totals)
+    def _micro_batches(self, records: list[TrainingRecord], share: bool) -> list[_MicroBatch]:
+        pad = self.tokenizer.pad_token_id
+        ordered = group_by_prompt(records) if share else records  # the loss is a sum: order is free
+        return [_MicroBatch.collated(chunk, pad, self.max_train_tokens, self.device, share)
+                for chunk in split_micro_batches(ordered, self.micro_batch_size, self.micro_batch_tokens,
+                                                 self.max_train_tokens)]
 
     def _backward_passes(self, micro_batches: list[_MicroBatch], counts: _Counts, how: _UpdateInputs,
-                         totals: dict[str, float]) -> None:
-        """The loss and backward pass of each micro-batch, its diagnostics added to ``totals``."""
+                         totals: dict[str, float], s: LossSettings) -> None:
+        """The loss (settings ``s``) and backward pass of each micro-batch, its diagnostics added
+        to ``totals``."""
         num_tokens, num_records = counts.tokens, counts.records
-        s = self.loss_settings
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
         importance_sampling = how.importance_sampling
         for micro in micro_batches:
@@ -573,7 +618,7 @@ class SelfPlayModule(L.LightningModule):
                 totals[key] = totals.get(key, 0.0) + weight * float(value)
             totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
 
-    def _filler_pass(self) -> None:
+    def _filler_pass(self, s: LossSettings) -> None:
         """The forward and backward passes of a micro-batch, on two padding tokens, with a loss of
         zero: what a rank with fewer micro-batches than the others runs under a sharded model,
         whose every pass gathers each layer's weights from all ranks (a rank that skipped one
@@ -581,49 +626,46 @@ class SelfPlayModule(L.LightningModule):
         the policy's forward, the reference forward when the KL term runs, the backward."""
         ids = torch.full((1, 2), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
         logits = self.model(input_ids=ids, logits_to_keep=1).logits
-        if self.loss_settings.kl_coef > 0 and self.uses_adapter:
+        if s.kl_coef > 0 and self.uses_adapter:
             with torch.no_grad(), self.model.disable_adapter():
                 self.model(input_ids=ids, logits_to_keep=1)
         self.manual_backward(logits.sum() * 0.0)
 
-    def _optimizer_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> bool:
-        """Clip and step on the accumulated gradients (``totals`` gains ``grad_norm``); a
-        non-finite loss or gradient skips the step instead (see _skip_nonfinite_step). Returns
-        whether the weights moved."""
-        trainable = [p for p in self.model.parameters() if p.requires_grad]
-        if self.optim.grad_clip:
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, self.optim.grad_clip)
+    def _clipped_and_finite(self, name: str, totals: dict[str, float]) -> bool:
+        """Clip learner ``name``'s summed gradient (its own ``grad_clip``; ``totals`` gains its
+        ``grad_norm``) and say whether its loss and gradient are finite."""
+        trainable = params_of(self.model, name)
+        clip = self.optim_of[name].grad_clip
+        if clip:
+            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, clip)
         else:
             grad_norm = torch.nn.utils.get_total_norm([p.grad for p in trainable if p.grad is not None])
         totals["grad_norm"] = float(grad_norm)
-        if not (math.isfinite(totals["loss"]) and math.isfinite(totals["grad_norm"])):
-            self._skip_nonfinite_step(opt, records, totals)
-            return False
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        self.lr_schedulers().step()
-        return True
+        return math.isfinite(totals.get("loss", 0.0)) and math.isfinite(totals["grad_norm"])
 
-    def _skip_nonfinite_step(self, opt, records: list[TrainingRecord], totals: dict[str, float]) -> None:
-        """Drop this step's gradient (the weights, the optimizer state and the learning-rate
-        schedule stay as they were), log what the batch held, and stop the run once
-        ``optimizer.max_nonfinite_steps`` steps in a row went this way."""
-        opt.zero_grad(set_to_none=True)
-        self.nonfinite_in_a_row += 1
+    def _skip_nonfinite(self, name: str, records: list[TrainingRecord], totals: dict[str, float]) -> None:
+        """Drop learner ``name``'s gradient of this pass (its weights and optimizer state stay as
+        they were: AdamW skips a parameter without a gradient), log what its batch held, and stop
+        the run once ``optimizer.max_nonfinite_steps`` of its passes in a row went this way."""
+        for p in params_of(self.model, name):
+            p.grad = None
+        self.nonfinite_in_a_row[name] += 1
         self.nonfinite_steps += 1
         advantages = [r.advantage for r in records] or [math.nan]  # a rank may have trained on none
         rewards = [r.reward for r in records] or [math.nan]
-        detail = (f"loss {totals['loss']}, grad norm {totals['grad_norm']}; this rank's batch: {len(records)} "
-                  f"records, rewards in [{min(rewards):.3g}, {max(rewards):.3g}], advantages in "
+        who = f"learner {name!r}: " if name else ""
+        detail = (f"{who}loss {totals.get('loss')}, grad norm {totals['grad_norm']}; this rank's batch: "
+                  f"{len(records)} records, rewards in [{min(rewards):.3g}, {max(rewards):.3g}], advantages in "
                   f"[{min(advantages):.3g}, {max(advantages):.3g}], policy versions "
                   f"{sorted({r.policy_version for r in records})}")
         log.warning("optimizer step %d skipped (%d in a row): non-finite %s",
-                    self.global_step, self.nonfinite_in_a_row, detail)
+                    self.global_step, self.nonfinite_in_a_row[name], detail)
         self.log("train/nonfinite_steps", float(self.nonfinite_steps), batch_size=1)
-        if self.nonfinite_in_a_row >= self.optim.max_nonfinite_steps:
+        limit = self.optim_of[name].max_nonfinite_steps
+        if self.nonfinite_in_a_row[name] >= limit:
             raise RuntimeError(
-                f"{self.nonfinite_in_a_row} optimizer steps in a row had a non-finite loss or gradient "
-                f"(optimizer.max_nonfinite_steps = {self.optim.max_nonfinite_steps}); last: {detail}. "
+                f"{self.nonfinite_in_a_row[name]} optimizer steps in a row had a non-finite loss or gradient "
+                f"(optimizer.max_nonfinite_steps = {limit}); last: {detail}. "
                 f"Lower optimizer.lr, check the rewards for inf/NaN, or resume from the last checkpoint."
             )
 
@@ -738,13 +780,14 @@ class SelfPlayModule(L.LightningModule):
             raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
         self.load_state_dict(state, strict=False)
 
-    def save_adapter(self, path: str | os.PathLike[str]) -> None:
+    def save_adapter(self, path: str | os.PathLike[str], learner: str = "") -> None:
         """The trained adapter (or the whole model without LoRA) and the tokenizer, with
         save_pretrained: what the league keeps for each checkpoint, ``checkpoint:<dir>`` serves,
-        and ``PeftModel.from_pretrained`` or vLLM load. Only the learner's adapter: league
-        checkpoints loaded beside it for rollouts are not saved with it."""
+        and ``PeftModel.from_pretrained`` or vLLM load. Only one learner's adapter (``learner``,
+        "" the one unnamed learner): league checkpoints loaded beside it for rollouts and the
+        run's other learners are not saved with it."""
         if hasattr(self.model, "peft_config"):
-            self.model.save_pretrained(path, selected_adapters=[LEARNER_ADAPTER])
+            save_learner_adapter(self.model, os.fspath(path), learner)
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from sp_lightning.credit import Branching
 from sp_lightning.episodes import Episode
+from sp_lightning.learners import Learners
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, Rollout
 
@@ -58,11 +59,15 @@ class Scheduler:
         episode_log: Where every episode's start, model calls and end are written (None: nowhere).
         branching: What game episodes play at each trainable decision for the run's credit
             assigner (``ctx.branching``; None: nothing).
+        learners: Which learner answers an (unnamed) learner request in each role; the
+            completion and the rollout's seats carry the learner that answered.
     """
 
     def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, retry: RetrySettings,
-                 bots: dict, remotes: dict, episode_log=None, branching: Branching | None = None):
+                 bots: dict, remotes: dict, episode_log=None, branching: Branching | None = None,
+                 learners: Learners | None = None):
         self.worker = worker
+        self.learners = learners if learners is not None else Learners()
         self.branching = branching
         self.sampling = sampling
         self.retry = retry
@@ -137,6 +142,9 @@ async def play_and_score(episode: Episode, ctx: EpisodeContext) -> Rollout:
     if log is not None:
         log.episode_start(ctx.episode_id, episode, ctx.seed)
     rollout = await episode.rollout(ctx)
+    learners = ctx._run.scheduler.learners
+    if learners:  # the seats say which learner played them, as the completions do
+        rollout.seats = {role: learners.resolve(policy, role) for role, policy in rollout.seats.items()}
     rollout.level = ctx.level
     if not ctx.trainable:  # a sub-episode requested not trainable, or below one: its steps never train
         for step in rollout.steps:
@@ -166,6 +174,7 @@ class _Run:
         return completion
 
     async def answer(self, request: ModelRequest) -> Completion:
+        request.policy = self.scheduler.learners.resolve(request.policy, request.role)
         if not request.policy.is_model:
             return self.scheduler.bot_answer(request)
         if request.policy.kind is PolicyKind.REMOTE:

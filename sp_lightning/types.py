@@ -66,15 +66,17 @@ _NAMED = (PolicyKind.BOT, PolicyKind.CHECKPOINT, PolicyKind.REMOTE)
 
 
 def parse_policy(spec: str, what: str = "policy") -> PolicyRef:
-    """``learner`` | ``base`` | ``bot:<name>`` | ``checkpoint:<id>`` | ``remote:<name>`` -> PolicyRef;
-    ``what`` names the spec in the error (``opponent``...)."""
+    """``learner`` | ``learner:<name>`` | ``base`` | ``bot:<name>`` | ``checkpoint:<id>`` |
+    ``remote:<name>`` -> PolicyRef; ``what`` names the spec in the error (``opponent``...).
+    ``learner:<name>`` is one of a run's several learners (``model.learners``)."""
     kind, _, name = spec.partition(":")
     if kind in (PolicyKind.LEARNER.value, PolicyKind.BASE.value) and not name:
         return PolicyRef(PolicyKind(kind))
-    if kind in {k.value for k in _NAMED} and name:
+    if kind in {k.value for k in (*_NAMED, PolicyKind.LEARNER)} and name:
         return PolicyRef(PolicyKind(kind), name)
     raise ValueError(
-        f"{what} {spec!r}: expected 'learner', 'base', 'bot:<name>', 'checkpoint:<id>' or 'remote:<name>'"
+        f"{what} {spec!r}: expected 'learner', 'learner:<name>', 'base', 'bot:<name>', 'checkpoint:<id>' or "
+        f"'remote:<name>'"
     )
 
 
@@ -200,6 +202,8 @@ class TrainingRecord:
     action_mask: list[int]  # 1 where a completion token is trained on
     policy_version: int = 0
     legal_actions: list[str] | None = None  # the moves the game allowed here (for the entropy term)
+    learner: str = ""
+    """The learner that trains on it (``model.learners``; "" the one unnamed learner)."""
 
 
 GenerateResult = Rollout

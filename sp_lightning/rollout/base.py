@@ -192,12 +192,22 @@ def prompt_limit(context: int | None, sampling: SamplingSettings, max_prompt_tok
     return limit if max_prompt_tokens is None else min(limit, max_prompt_tokens)
 
 
-def save_learner_adapter(model, path: str) -> str:
-    """Write the learner's adapter (peft's ``default``) to ``path`` for an engine to load;
-    returns the directory holding ``adapter_config.json``."""
-    model.save_pretrained(path, selected_adapters=["default"])
-    nested = os.path.join(path, "default")  # peft nests non-default names only
-    return nested if os.path.isdir(nested) else path
+def save_learner_adapter(model, path: str, learner: str = "") -> str:
+    """Write learner ``learner``'s adapter ("" the one unnamed learner: peft's ``default``) to
+    ``path``, a plain adapter directory that an engine, ``PeftModel.from_pretrained`` or
+    ``checkpoint:<dir>`` loads; returns ``path``."""
+    import shutil
+
+    from sp_lightning.learners import adapter_of
+
+    adapter = adapter_of(learner)
+    model.save_pretrained(path, selected_adapters=[adapter])
+    nested = os.path.join(path, adapter)  # peft nests every adapter but ``default`` in a folder
+    if os.path.isdir(nested):
+        for name in os.listdir(nested):
+            os.replace(os.path.join(nested, name), os.path.join(path, name))
+        shutil.rmtree(nested)
+    return path
 
 
 def write_zero_adapter(model, path: str) -> str:

@@ -43,9 +43,10 @@ from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, check_adapter_dir, checked_max_prompt_tokens, context_length, prompt_limit,
     refuse, refuse_too_long, registered_path,
 )
+from sp_lightning.learners import adapter_of, learner_adapters, trainable_again
 from sp_lightning.rollout.chat import PromptEncoder
 from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy, weights_key
-from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
+from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
 
@@ -220,7 +221,7 @@ class HFRolloutWorker(RolloutWorker):
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
             self.model.load_adapter(path, adapter_name=_peft_name(name))
         self.adapter_load_seconds += time.perf_counter() - start
-        self.model.base_model.set_adapter(LEARNER_ADAPTER)  # loading must not change what trains
+        trainable_again(self.model)  # loading must not change what trains
         self.loaded[name] = None
         self.adapter_loads += 1
 
@@ -286,7 +287,7 @@ class HFRolloutWorker(RolloutWorker):
         """What serves ``policy`` here, the one place a policy maps to the model: the peft adapter
         of its rows (the learner's, none for the base model, a loaded checkpoint's)."""
         if policy.kind is PolicyKind.LEARNER:
-            return LEARNER_ADAPTER
+            return adapter_of(policy.name)
         if policy.kind is PolicyKind.BASE:
             return BASE_ROWS
         if policy.kind is PolicyKind.CHECKPOINT:
@@ -297,7 +298,7 @@ class HFRolloutWorker(RolloutWorker):
     def _adapter_of(self, policy: PolicyRef):
         """The model set to serve ``policy`` alone for the block."""
         adapter = self._adapter_name(policy)
-        if adapter == LEARNER_ADAPTER:
+        if adapter == self._resting_adapter():
             yield
         elif adapter == BASE_ROWS:
             if hasattr(self.model, "disable_adapter"):
@@ -306,12 +307,18 @@ class HFRolloutWorker(RolloutWorker):
             else:  # no adapter: the learner is the base model
                 yield
         else:
-            self._ensure_loaded(policy.name)
+            if policy.kind is PolicyKind.CHECKPOINT:
+                self._ensure_loaded(policy.name)
             self.model.base_model.set_adapter(adapter, inference_mode=True)
             try:
                 yield
             finally:
-                self.model.base_model.set_adapter(LEARNER_ADAPTER)
+                trainable_again(self.model)
+
+    def _resting_adapter(self) -> str:
+        """The adapter active between calls (the first learner's), which serves without a switch."""
+        names = learner_adapters(self.model)
+        return names[0] if names else LEARNER_ADAPTER
 
     @property
     def merges(self) -> int:
@@ -407,7 +414,7 @@ class HFRolloutWorker(RolloutWorker):
             kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        merged = self._merged_learner() if all(p.kind is PolicyKind.LEARNER for p in policies) else None
+        merged = self._merged_learner() if all(p == LEARNER for p in policies) else None  # the unnamed one
         if merged is not None:
             out = merged.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
         else:
