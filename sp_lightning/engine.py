@@ -184,6 +184,9 @@ class Engine:
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
         check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
+        if settings.league is not None and learners:
+            raise ValueError(f"data.league: a league follows one learner (its main agent), and model.learners names "
+                             f"{len(learners.names)} ({', '.join(learners.names)}); drop one of the two")
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)
         self.settings = settings
@@ -264,7 +267,8 @@ class Engine:
             # seeds they have in the whole match); the results are counted over every rank
             match = Match(game, LEARNER, opponent, max(1, self.eval.games // len(game.agents)), self.eval.seed,
                           self.eval.env_overrides(), shard=(self.rank, self.world_size))
-            (rollouts,) = play_matches(self.worker, [match], self.eval_sampling(), self.eval.seed, self.remotes)
+            (rollouts,) = play_matches(self.worker, [match], self.eval_sampling(), self.eval.seed, self.remotes,
+                                       self.learners)
             played = sorted((g for part in distributed.gather(match.played(rollouts)) for g in part),
                             key=lambda g: g.order)
             result = summarize(played, str(match.tested), match.label, game.agents, seed=self.eval.seed)

@@ -47,6 +47,11 @@ def learner_adapters(model) -> list[str]:
     return [n for n in getattr(model, "peft_config", {}) if n == DEFAULT_ADAPTER or n.startswith(_PREFIX)]
 
 
+def learner_names(model) -> list[str]:
+    """The names of the learners whose adapters ``model`` holds ("" the one unnamed learner)."""
+    return ["" if n == DEFAULT_ADAPTER else n.removeprefix(_PREFIX) for n in learner_adapters(model)]
+
+
 def trainable_again(model) -> None:
     """Every learner's adapter trainable again and the first one active, after anything that
     switched adapters with peft's ``set_adapter`` (it marks only the active adapter trainable,

@@ -192,3 +192,32 @@ def test_a_resumed_fit_continues_every_learner_exactly(tmp_path):
         assert torch.equal(ours["state_dict"][key], value), key
     for a, b in zip(ours["optimizer_states"][0]["state"].values(), theirs["optimizer_states"][0]["state"].values()):
         assert torch.equal(a["exp_avg"], b["exp_avg"])
+
+
+def test_a_league_with_several_learners_is_refused_naming_both_keys():
+    module, dm = build_from_config("--config", os.path.join(ROOT, "configs", "kuhn_poker_league_tiny.yaml"),
+                                   "--model.learners", json.dumps({"a": {"roles": ["player_0"]},
+                                                                   "b": {"roles": ["player_1"]}}))
+    with pytest.raises(ValueError, match=r"data.league: a league follows one learner .* model.learners names 2"):
+        dm.build_engine(module)
+
+
+def test_validation_reports_each_seats_learner(tmp_path):
+    """Kuhn Poker with one learner per seat: validation plays each seat's own learner, and the
+    per-seat payoffs (with intervals) are each learner's figure."""
+    module, dm = build_from_config("--config", os.path.join(ROOT, "configs", "kuhn_poker_two_learners_tiny.yaml"),
+                                   "--data.eval.games", "40")
+    engine = dm.build_engine(module)
+    served = []
+    generate = engine.worker.generate
+
+    def recording_generate(requests, sampling):  # the real worker, its requests' policies noted
+        served.extend((r.role, str(r.policy)) for r in requests)
+        return generate(requests, sampling)
+
+    engine.worker.generate = recording_generate
+    metrics, _ = engine.validate(engine.games[0], "val/kuhn")
+    assert set(served) == {("player_0", "learner:first"), ("player_1", "learner:second")}
+    for seat in ("player_0", "player_1"):
+        assert metrics[f"val/kuhn/payoff_{seat}_ci_low"] <= metrics[f"val/kuhn/payoff_{seat}"] \
+            <= metrics[f"val/kuhn/payoff_{seat}_ci_high"]

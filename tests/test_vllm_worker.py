@@ -96,6 +96,40 @@ def test_vllm_logprobs_match_the_trainers(served):
         assert worst < LOGPROB_TOLERANCE, f"temperature {temperature}: max |vLLM - trainer| = {worst:.2e}"
 
 
+def test_several_learners_are_served_each_as_its_own_adapter_in_one_batch():
+    """Two learners (model.learners) of different LoRA ranks: one generate call holding both
+    learners' rows serves each row with its own learner's current weights (logprobs equal to the
+    trainer's with that learner's adapter active), and a new version of each is loaded."""
+    pytest.importorskip("vllm")
+    from sp_lightning.learners import LearnerSettings, activate, trainable_again
+    from sp_lightning.module import SelfPlayModule
+
+    torch.manual_seed(0)
+    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(r=16, alpha=32, trainable_tokens=None)),
+                            learners={"first": LearnerSettings(roles=["player_0"]),
+                                      "second": LearnerSettings(roles=["player_1"], lora={"r": 8, "alpha": 16})})
+    module.model.eval()
+    _perturb_adapter(module.model, 0.3, seed=5)
+    worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=4, dtype="float32", enforce_eager=True,
+                               max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
+    first, second = PolicyRef("learner", "first"), PolicyRef("learner", "second")
+    try:
+        for version in (0, 1):
+            worker.sync_weights(version)
+            completions = worker.generate(_requests([first, second] * 3), SamplingSettings(max_new_tokens=3))
+            for learner in ("first", "second"):
+                rows = [c for c in completions if c.policy.name == learner]
+                activate(module.model, learner)
+                trainer = _trainer_logprobs(module, rows)
+                trainable_again(module.model)
+                worst = max(abs(a - b) for c, t in zip(rows, trainer) for a, b in zip(c.logprobs, t))
+                assert worst < LOGPROB_TOLERANCE, f"{learner}, version {version}: max |vLLM - trainer| = {worst:.2e}"
+            _perturb_adapter(module.model, 0.3, seed=6)  # an optimizer step on both
+        assert worker.adapter_loads == 4  # each learner, each version
+    finally:
+        worker.close()
+
+
 def test_a_prompt_over_max_prompt_tokens_is_refused_and_the_rest_are_served(served):
     from sp_lightning.types import PROMPT_TOO_LONG
 
@@ -116,12 +150,12 @@ def test_a_new_adapter_version_changes_what_is_generated(served):
     requests = _requests([LEARNER] * len(PROMPTS))
     legal = [["[0]", "[4]", "[8]"]] * len(PROMPTS)
     before = worker.completion_logprobs(requests, legal)
-    old_id = worker._learner.lora_int_id
+    old_id = worker._learners[""].lora_int_id
     _perturb_adapter(module.model, 0.3, seed=2)
     worker.sync_weights(worker.policy_version + 1)
     after = worker.completion_logprobs(requests, legal)
     completions = worker.generate(requests, sampling)
-    assert worker._learner.lora_int_id != old_id and old_id not in worker.llm.llm_engine.list_loras()
+    assert worker._learners[""].lora_int_id != old_id and old_id not in worker.llm.llm_engine.list_loras()
     assert all(c.policy_version == worker.policy_version for c in completions)
     assert max(abs(a - b) for r, s in zip(before, after) for a, b in zip(r, s)) > 0.05
     # and the new version is what the trainer now computes
@@ -239,7 +273,7 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
                                engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
     try:
         worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))  # the engine is up
-        learner_files = worker._learner.lora_path
+        learner_files = worker._learners[""].lora_path
         core = worker.llm.llm_engine.engine_core.resources.engine_manager.processes[0]
         killer = threading.Timer(1.0, os.kill, args=(core.pid, signal.SIGKILL))
         long_requests = [ModelRequest("player", [{"role": "user", "content": f"Board {i}"}], LEARNER)
@@ -252,7 +286,7 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
         assert worker.llm is None  # the dead engine was dropped
         (completion,) = worker.generate(_requests([LEARNER])[:1], SamplingSettings(max_new_tokens=2))
         assert completion.completion_ids and worker.llm is not None
-        assert worker._learner.lora_path == learner_files  # reloaded as it was, not saved again
+        assert worker._learners[""].lora_path == learner_files  # reloaded as it was, not saved again
     finally:
         worker.close()
 
@@ -433,7 +467,7 @@ def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versio
         _perturb_adapter(module.model, 0.3, seed=4)
         remote.sync_weights(remote.policy_version + 1)
         completions = remote.generate(requests, SamplingSettings(max_new_tokens=2, temperature=1.0))
-        assert remote._learner_name == f"learner-v{remote.policy_version}-r0-{remote._tag}" and remote.adapter_loads == 2
+        assert remote._learner_names[""] == f"learner-v{remote.policy_version}-r0-{remote._tag}" and remote.adapter_loads == 2
         assert all(c.policy_version == remote.policy_version for c in completions)
         trainer = _trainer_logprobs(module, completions)
         assert max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
@@ -514,7 +548,7 @@ def test_a_server_killed_mid_run_is_taken_out_its_calls_go_to_the_other_and_it_i
         remote.sync_weights(remote.policy_version + 1)
         check(remote.generate(many, sampling), many)
         assert remote.requests_per_server[urls[1]] == after_kill[urls[1]]
-        assert urls[1] not in remote.fleet.holding(remote._learner_name)
+        assert urls[1] not in remote.fleet.holding(remote._learner_names[""])
         assert remote.health_metrics()["rollout/servers_live"] <= 1
         # started again: taken back at the next probe, the adapters loaded on it as asked for
         loopback_servers.restart(1)
@@ -525,7 +559,7 @@ def test_a_server_killed_mid_run_is_taken_out_its_calls_go_to_the_other_and_it_i
         time.sleep(1.1)
         remote._probe()  # any server dropped under load is due again: both in the rotation
         assert remote.fleet.live() == urls
-        assert remote.fleet.holds(urls[1], remote._learner_name)
+        assert remote.fleet.holds(urls[1], remote._learner_names[""])
         assert remote.fleet.holds(urls[1], remote._checkpoint_name("past"))
     finally:
         remote.close()

@@ -23,6 +23,9 @@ def add_flags(parser) -> None:
     parser.add_argument("--opponent", type=str | None, default=None,
                         help="bot:<name> | base | checkpoint:<adapter dir> | remote:<name of data.remote_models> "
                              "(default: the config's data.eval.opponent)")
+    parser.add_argument("--learner", type=str | None, default=None,
+                        help="with several learners (model.learners): the one evaluated, in every seat (default: "
+                             "each seat's own learner)")
     parser.add_argument("--games_per_seat", type=int, default=500)
     parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
     parser.add_argument("--exclude_opponent_forfeits", type=bool, default=False,
@@ -53,10 +56,14 @@ def _evaluate_all(ours, module, engine):
     the opponent as served."""
     from sp_lightning.evaluation.matches import evaluate, serve_policy
     from sp_lightning.evaluation.strategy import exploitability_metrics
+    from sp_lightning.types import parse_policy
 
     worker = engine.worker
     opponent = serve_policy(worker, ours.opponent or engine.eval.opponent)  # an adapter directory: by its name
     reports, rows = {}, []
+    tested = parse_policy(f"learner:{ours.learner}" if ours.learner else "learner", "--learner")
+    if ours.learner:
+        engine.learners.resolve(tested, "")  # a name the run has, or the error that lists them
     sampling, env_overrides = engine.eval_sampling(), engine.eval.env_overrides()
     for checkpoint in ours.checkpoint:
         if checkpoint:
@@ -64,9 +71,10 @@ def _evaluate_all(ours, module, engine):
         label = checkpoint or "untrained"
         report = reports[label] = {}
         for game in engine.games:
-            result = evaluate(worker, game, opponent=opponent, games_per_seat=ours.games_per_seat,
+            result = evaluate(worker, game, policy=tested, opponent=opponent, games_per_seat=ours.games_per_seat,
                               sampling=sampling, seed=ours.seed, env_overrides=env_overrides,
-                              remotes=engine.remotes, exclude_opponent_forfeits=ours.exclude_opponent_forfeits)
+                              remotes=engine.remotes, exclude_opponent_forfeits=ours.exclude_opponent_forfeits,
+                              learners=engine.learners)
             entry = {**result.as_metrics(game.name), "games": result.games}
             print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
             rows.append((label, game.name, result))

@@ -50,6 +50,9 @@ class EvalResult:
     opponent_forfeits: int = 0
     excludes_opponent_forfeits: bool = False
     payoffs: list[float] = field(default_factory=list, repr=False)
+    per_seat_payoff: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """Per seat: the mean payoff of the games played there and its 95% bootstrap interval (with
+    several learners, each seat's own learner's figure)."""
 
     @property
     def win_rate(self) -> float:
@@ -87,6 +90,9 @@ class EvalResult:
             f"{prefix}/opponent_forfeit_rate": self.opponent_forfeit_rate,
         }
         out.update({f"{prefix}/win_rate_{seat}": r for seat, r in self.per_seat_win_rate.items()})
+        for seat, (mean, low, high) in self.per_seat_payoff.items():
+            out.update({f"{prefix}/payoff_{seat}": mean, f"{prefix}/payoff_{seat}_ci_low": low,
+                        f"{prefix}/payoff_{seat}_ci_high": high})
         return out
 
     def summary(self) -> str:
@@ -131,6 +137,7 @@ def play(
     remotes: dict | None = None,
     exclude_opponent_forfeits: bool = False,
     shard: tuple[int, int] = (0, 1),
+    learners=None,
 ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
     """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat; the result and
     ``(policy's seat, rollout)`` of every game (for ratings).
@@ -140,10 +147,11 @@ def play(
     ``exclude_opponent_forfeits`` leaves the games the opponents lost by their own invalid move
     out of the result's figures (they are still counted, and still in the games returned).
     ``shard=(k, n)`` plays only the games ``k, k + n, ...`` of each seat, with the seeds they have
-    in the whole match (a data-parallel rank's share: see :func:`played_games`).
+    in the whole match (a data-parallel rank's share: see :func:`played_games`). ``learners``: a
+    run's several learners, "the learner" being each seat's own (see :func:`play_matches`).
     """
     match = Match(game, policy, opponent, games_per_seat, seed, env_overrides, shard)
-    rollouts = play_matches(worker, [match], sampling, seed, remotes)[0]
+    rollouts = play_matches(worker, [match], sampling, seed, remotes, learners)[0]
     result = summarize(match.played(rollouts), str(match.tested), match.label, game.agents,
                        exclude_opponent_forfeits, seed)
     return result, match.games(rollouts)
@@ -207,13 +215,15 @@ class Match:
 
 
 def play_matches(worker: RolloutWorker | None, matches: list[Match], sampling: SamplingSettings | None,
-                 seed: int, remotes: dict | None = None) -> list[list[Rollout]]:
+                 seed: int, remotes: dict | None = None, learners=None) -> list[list[Rollout]]:
     """Every match's games in one arena run, so that the model moves of all of them (any mix of
     adapters) share generate calls; the rollouts of each match, in its episodes' order.
-    ``remotes``: the remote models (by name) that ``remote:<name>`` seats ask."""
+    ``remotes``: the remote models (by name) that ``remote:<name>`` seats ask; ``learners``: a
+    run's several learners (``sp_lightning.learners.Learners``), each answering "the learner" in
+    the seats it plays."""
     from envs import make_bots
 
-    arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed), remotes=remotes)
+    arena = Arena(worker, sampling or SamplingSettings(), bots=make_bots(seed), remotes=remotes, learners=learners)
     episodes, seeds = episodes_of(matches)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
@@ -268,8 +278,15 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
         games = [g for g in games if not g.opponent_forfeit]
     payoffs = [g.payoff for g in games]
     seat_wins: dict[str, list[float]] = {a: [] for a in agents}
+    seat_payoffs: dict[str, list[float]] = {a: [] for a in agents}
     for g in games:
         seat_wins[g.seat].append(float(g.payoff > 0))
+        seat_payoffs[g.seat].append(g.payoff)
+    per_seat_payoff = {}
+    for seat, values in seat_payoffs.items():
+        if values:
+            seat_mean, (low, high) = bootstrap_mean_interval(values, seed=seed)
+            per_seat_payoff[seat] = (seat_mean, low, high)
     legal, moves = sum(g.legal_moves for g in games), sum(g.moves for g in games)
     mean, ci = bootstrap_mean_interval(payoffs, seed=seed)
     return EvalResult(
@@ -286,6 +303,7 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
         opponent_forfeits=forfeits,
         excludes_opponent_forfeits=exclude_opponent_forfeits,
         payoffs=payoffs,
+        per_seat_payoff=per_seat_payoff,
     )
 
 

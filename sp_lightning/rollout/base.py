@@ -211,12 +211,14 @@ def save_learner_adapter(model, path: str, learner: str = "") -> str:
 
 
 def write_zero_adapter(model, path: str) -> str:
-    """The learner's adapter layout with every weight zero, written to ``path``: served, it is
-    the base model exactly (LoRA adds B @ A = 0)."""
+    """The (first) learner's adapter layout with every weight zero, written to ``path``: served,
+    it is the base model exactly (LoRA adds B @ A = 0)."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    path = save_learner_adapter(model, path)
+    from sp_lightning.learners import learner_names
+
+    path = save_learner_adapter(model, path, learner_names(model)[0])
     weights = os.path.join(path, "adapter_model.safetensors")
     save_file({k: torch.zeros_like(v) for k, v in load_file(weights).items()}, weights)
     return path

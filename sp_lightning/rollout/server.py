@@ -56,7 +56,8 @@ from sp_lightning.rollout.base import (
 )
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.rollout.fleet import ServerFleet
-from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
+from sp_lightning.learners import learner_names
+from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 
 class ServerError(RuntimeError):
@@ -132,9 +133,11 @@ class ServerRolloutWorker(RolloutWorker):
         self.adapter_paths: dict[str, str] = {}
         self._loaded_checkpoints: set[str] = set()
         self._served_paths: dict[str, str] = {}  # adapter name on the servers -> its directory
-        self._learner_name: str | None = None
-        self._learner_path: str | None = None
-        self._learner_version: int | None = None
+        # per learner ("" the one unnamed learner): its current version's name on the servers,
+        # its directory and that version
+        self._learner_names: dict[str, str] = {}
+        self._learner_paths: dict[str, str] = {}
+        self._learner_versions: dict[str, int] = {}
         self._clients: dict[str, object] = {}
         self._pool: ThreadPoolExecutor | None = None
         # adapter names on the servers carry this worker's own tag: a resumed run, a second run
@@ -218,7 +221,8 @@ class ServerRolloutWorker(RolloutWorker):
     def publish_weights(self) -> None:
         """Write the learner's current adapter and load it on every server now (asynchronous
         collection calls it on the trainer's thread; see RolloutWorker.publish_weights)."""
-        self._served_name(LEARNER)
+        for learner in learner_names(self.model) or [""]:
+            self._served_name(PolicyRef(PolicyKind.LEARNER, learner))
 
     def register_adapter(self, name: str, path: str) -> None:
         check_adapter_dir(name, path)
@@ -289,16 +293,19 @@ class ServerRolloutWorker(RolloutWorker):
         if policy.kind is PolicyKind.BASE or (policy.kind is PolicyKind.LEARNER and not hasattr(self.model, "peft_config")):
             return self.served_model
         if policy.kind is PolicyKind.LEARNER:
-            if self._learner_version != self.policy_version:
-                name = f"learner-v{self.policy_version}-{self._rank_tag()}"
-                path = save_learner_adapter(self.model, os.path.join(self.root, name))
+            learner = policy.name
+            if self._learner_versions.get(learner) != self.policy_version:
+                label = f"learner-{learner}" if learner else "learner"
+                name = f"{label}-v{self.policy_version}-{self._rank_tag()}"
+                path = save_learner_adapter(self.model, os.path.join(self.root, name), learner)
                 self._load_everywhere(name, path)
-                previous = (self._learner_name, self._learner_path)
-                self._learner_name, self._learner_path, self._learner_version = name, path, self.policy_version
+                previous = (self._learner_names.get(learner), self._learner_paths.get(learner))
+                self._learner_names[learner], self._learner_paths[learner] = name, path
+                self._learner_versions[learner] = self.policy_version
                 if previous[0] is not None and previous[0] != name:
                     self._unload_everywhere(previous[0])
                     shutil.rmtree(previous[1], ignore_errors=True)
-            return self._learner_name  # type: ignore[return-value]
+            return self._learner_names[learner]
         if policy.kind is PolicyKind.CHECKPOINT:
             path = registered_path(self.adapter_paths, policy.name)
             if policy.name not in self._loaded_checkpoints:
@@ -413,12 +420,12 @@ class ServerRolloutWorker(RolloutWorker):
                 self.fleet.unloaded(url, name)
         self._served_paths = {}
         self._base_adapter = None
-        if self._learner_path:
-            shutil.rmtree(self._learner_path, ignore_errors=True)
+        for path in self._learner_paths.values():
+            shutil.rmtree(path, ignore_errors=True)
         if self._owns_root:  # RAM-backed: leave nothing behind (the next version recreates it)
             shutil.rmtree(self.root, ignore_errors=True)
         self._loaded_checkpoints = set()
-        self._learner_name = self._learner_path = self._learner_version = None
+        self._learner_names, self._learner_paths, self._learner_versions = {}, {}, {}
         for client in self._clients.values():
             client.close()
         self._clients = {}

@@ -63,6 +63,7 @@ from sp_lightning.rollout.base import (
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
     write_zero_adapter,
 )
+from sp_lightning.learners import adapter_of, learner_names
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
@@ -185,9 +186,12 @@ class VLLMRolloutWorker(RolloutWorker):
         )
         self.llm = None
         self._next_lora_id = 1
-        self._learner = None  # LoRARequest of the learner version the engine holds
-        self._learner_version: int | None = None
-        self._learner_in_engine = False  # False after an engine died: its files reload as they are
+        # per learner ("" the one unnamed learner): the LoRARequest of the version the engine holds,
+        # that version, and whether the engine holds it (not after an engine died: its files then
+        # reload as they are)
+        self._learners: dict[str, object] = {}
+        self._learner_versions: dict[str, int] = {}
+        self._learners_in_engine: set[str] = set()
         self._checkpoints: dict[str, object] = {}  # id -> LoRARequest, loaded in the engine
         self.base_as_adapter = base_as_adapter
         self._base_adapter = None  # LoRARequest of the all-zero adapter, once loaded
@@ -214,15 +218,15 @@ class VLLMRolloutWorker(RolloutWorker):
                 shutdown()
         self._checkpoints = {}
         self._base_adapter = None
-        self._learner_in_engine = False
+        self._learners_in_engine = set()
 
     def close(self) -> None:
         """Shut the engine down (its worker processes and memory) and delete the adapter files
         this worker wrote (RAM-backed); a later call starts the engine again and rewrites them."""
         self._shutdown_engine()
-        if self._learner is not None:
-            shutil.rmtree(self._learner.lora_path, ignore_errors=True)
-        self._learner, self._learner_version = None, None  # its files are gone
+        for request in self._learners.values():
+            shutil.rmtree(request.lora_path, ignore_errors=True)
+        self._learners, self._learner_versions = {}, {}  # their files are gone
         if self._owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
             self._base_written = False
@@ -272,7 +276,8 @@ class VLLMRolloutWorker(RolloutWorker):
             try:
                 self._engine()
                 with self._raising_if_the_engine_dies():
-                    self._learner_request()
+                    for learner in learner_names(self.model):
+                        self._learner_request(learner)
                 return
             except TransientRolloutError:
                 if attempt == 2:
@@ -313,24 +318,29 @@ class VLLMRolloutWorker(RolloutWorker):
         self.adapter_loads += 1
         return request
 
-    def _learner_request(self):
+    def _learner_request(self, learner: str = ""):
+        """The LoRA request of learner ``learner``'s current version ("" the one unnamed learner),
+        written and loaded when the version is new; None for a model without adapter."""
         if not hasattr(self.model, "peft_config"):
             return None  # no adapter: the learner is the base model, served as it was loaded
-        if self._learner is not None and self._learner_version == self.policy_version:
-            if not self._learner_in_engine:  # a new engine after a death: the same files, reloaded
-                self._learner = self._load(self._learner.lora_name, self._learner.lora_path)
-                self._learner_in_engine = True
-            return self._learner
-        path = save_learner_adapter(self.model, os.path.join(self.root, f"learner-v{self.policy_version}-"
-                                                                       f"{self._next_lora_id}"))
-        previous, previous_in_engine = self._learner, self._learner_in_engine
-        self._learner = self._load(f"learner-v{self.policy_version}", path)
-        self._learner_version, self._learner_in_engine = self.policy_version, True
-        if previous is not None:
+        current = self._learners.get(learner)
+        if current is not None and self._learner_versions.get(learner) == self.policy_version:
+            if learner not in self._learners_in_engine:  # a new engine after a death: the same files, reloaded
+                self._learners[learner] = self._load(current.lora_name, current.lora_path)
+                self._learners_in_engine.add(learner)
+            return self._learners[learner]
+        label = f"learner-{learner}" if learner else "learner"
+        path = save_learner_adapter(self.model, os.path.join(self.root, f"{label}-v{self.policy_version}-"
+                                                                       f"{self._next_lora_id}"), learner)
+        previous_in_engine = learner in self._learners_in_engine
+        self._learners[learner] = self._load(f"{label}-v{self.policy_version}", path)
+        self._learner_versions[learner] = self.policy_version
+        self._learners_in_engine.add(learner)
+        if current is not None:
             if previous_in_engine:
-                self.llm.llm_engine.remove_lora(previous.lora_int_id)
-            shutil.rmtree(previous.lora_path, ignore_errors=True)
-        return self._learner
+                self.llm.llm_engine.remove_lora(current.lora_int_id)
+            shutil.rmtree(current.lora_path, ignore_errors=True)
+        return self._learners[learner]
 
     def _serves_base_as_adapter(self) -> bool:
         if not self.engine_args["enable_lora"]:
@@ -356,7 +366,7 @@ class VLLMRolloutWorker(RolloutWorker):
         """What serves ``policy`` here, the one place a policy maps to the engine: the LoRA request
         of its version (None: the base model)."""
         if policy.kind is PolicyKind.LEARNER:
-            return self._learner_request()
+            return self._learner_request(policy.name)
         if policy.kind is PolicyKind.BASE:
             return self._base_request()
         if policy.kind is PolicyKind.CHECKPOINT:
@@ -492,14 +502,16 @@ def _engine_dead(error: BaseException) -> bool:
 
 
 def _learner_lora_config(model):
-    """The learner's LoRA config, checked servable by vLLM; None for a model without adapter."""
+    """The learners' LoRA configs, each checked servable by vLLM; the one of the highest rank
+    (what the engine must be sized for), or None for a model without adapter."""
     configs = getattr(model, "peft_config", None)
     if not configs:
         return None
-    config = configs.get("default")
-    _check_servable(config.to_dict() if hasattr(config, "to_dict") else vars(config), "the learner's adapter",
-                    max_rank=None)
-    return config
+    served = [configs[adapter_of(name)] for name in learner_names(model)]
+    for config in served:
+        _check_servable(config.to_dict() if hasattr(config, "to_dict") else vars(config), "the learner's adapter",
+                        max_rank=None)
+    return max(served, key=lambda config: config.r)
 
 
 def _read_adapter_config(path: str) -> dict:
