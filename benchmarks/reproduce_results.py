@@ -55,6 +55,17 @@ RECIPES = {
         "exploitability": "val/kuhn_poker_v1/exploitability",
         "bars": "within the one-rank runs' spread (2 ranks x 64 episodes against 1 rank x 128)",
     },
+    # two learners, one per seat (model.learners): each seat's payoff is its learner's, against
+    # RandomBot, at the end of the run and untrained, 2000 games in its seat
+    "kuhn_poker_two_learners_tiny": {
+        "config": "configs/kuhn_poker_two_learners_tiny.yaml",
+        "opponents": ["bot:random"],
+        "game": "kuhn_poker_v1",
+        "checkpoint": "last",
+        "games_per_seat": 2000,
+        "per_seat": {"player_0": "first", "player_1": "second"},
+        "bars": "each learner's payoff in its seat above its untrained payoff, intervals apart",
+    },
 }
 
 
@@ -93,25 +104,34 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
                         "--trainer.enable_progress_bar", "false", *spec.get("fit_flags", []), *fit_flags],
                        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
     fit_seconds = time.time() - start
-    best = glob.glob(os.path.join(work, "runs", "*", "checkpoints", "best.ckpt"))
+    kept = spec.get("checkpoint", "best")
+    best = glob.glob(os.path.join(work, "runs", "*", "checkpoints", f"{kept}.ckpt"))
     if not best:
-        raise RuntimeError(f"{name} seed {seed}: no best.ckpt under {work}/runs (see {work}/fit.log)")
+        raise RuntimeError(f"{name} seed {seed}: no {kept}.ckpt under {work}/runs (see {work}/fit.log)")
     import torch
 
+    games_per_seat = spec.get("games_per_seat", games_per_seat)
     chosen_at = torch.load(best[0], map_location="cpu", weights_only=False)["global_step"]
     result = {"recipe": name, "seed": seed, "fit_seconds": round(fit_seconds, 1), "result_step": chosen_at,
               "eval_seed": EVAL_SEED, "games_per_seat": games_per_seat, "against": {}}
-    for opponent in spec["opponents"]:
-        path = os.path.join(work, f"eval-{opponent.replace(':', '_')}.json")
-        flags = ["--exploitability", "true"] if spec.get("exploitability") and opponent == spec["opponents"][0] else []
-        subprocess.run([*CLI, "evaluate", "--config", config, "--checkpoint", best[0], "--opponent", opponent,
-                        "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path, *flags],
-                       cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        with open(path) as f:
-            metrics = json.load(f)[spec["game"]]
-        game = spec["game"]
-        result["against"][opponent] = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith(game + "/")}
-        result["against"][opponent]["games"] = metrics["games"]
+    # with per-seat learners, the untrained policy is the baseline each learner improves on
+    checkpoints = {"": best[0], "untrained": None} if spec.get("per_seat") else {"": best[0]}
+    for label, checkpoint in checkpoints.items():
+        for opponent in spec["opponents"]:
+            path = os.path.join(work, f"eval-{label}{opponent.replace(':', '_')}.json")
+            flags = ["--exploitability", "true"] if spec.get("exploitability") and opponent == spec["opponents"][0] else []
+            flags += ["--checkpoint", checkpoint] if checkpoint else []
+            subprocess.run([*CLI, "evaluate", "--config", config, "--opponent", opponent,
+                            "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path,
+                            *flags], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           check=True)
+            with open(path) as f:
+                metrics = json.load(f)[spec["game"]]
+            game = spec["game"]
+            figures = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith(game + "/")}
+            figures["games"] = metrics["games"]
+            result["against" if not label else label + "_against"] = {
+                **result.get("against" if not label else label + "_against", {}), opponent: figures}
     if spec.get("exploitability"):
         curve = scalars(os.path.join(work, "runs"), spec["exploitability"])
         last_step = max(step for step, _ in curve)
@@ -135,6 +155,10 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
     if spec.get("exploitability"):
         head += " exploitability at result | mean over last quarter |"
         rule += "---|---|"
+    if spec.get("per_seat"):
+        for seat, learner in spec["per_seat"].items():
+            head += f" {learner} ({seat}) payoff vs {spec['opponents'][0]} | untrained |"
+            rule += "---|---|"
     lines += [head, rule]
     for r in results:
         row = f"| {r['seed']} | {r['fit_seconds'] / 60:.1f} min | {r['result_step']} |"
@@ -144,6 +168,10 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
                     f" {m['draw_rate']:.3f} | {m['legal_move_rate']:.3f} |")
         if spec.get("exploitability"):
             row += f" {r['exploitability_at_result']:.3f} | {r['exploitability_last_quarter_mean']:.3f} |"
+        for seat in spec.get("per_seat", {}):
+            for m in (r["against"][spec["opponents"][0]], r["untrained_against"][spec["opponents"][0]]):
+                row += (f" {m[f'payoff_{seat}']:+.3f} [{m[f'payoff_{seat}_ci_low']:+.3f}, "
+                        f"{m[f'payoff_{seat}_ci_high']:+.3f}] |")
         lines.append(row)
     return "\n".join(lines)
 
