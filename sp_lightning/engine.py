@@ -189,6 +189,10 @@ class Engine:
                              f"{len(learners.names)} ({', '.join(learners.names)}); drop one of the two")
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)
+        from sp_lightning.evaluation.matches import serve_policy
+
+        for game in settings.games:  # a checkpoint directory in an opponent mix: registered, served by name
+            game.serve_checkpoint_dirs(lambda policy: serve_policy(backend, policy))
         self.settings = settings
         self.games = settings.games
         self.sampling = settings.sampling

@@ -11,6 +11,7 @@ picks league members by matchmaking instead.
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass, field
 from functools import partial
@@ -19,7 +20,7 @@ from typing import Any
 from sp_lightning.episodes import GameEpisode
 from sp_lightning.prompts import PromptTemplate, make_template
 from sp_lightning.rubric import RewardSettings
-from sp_lightning.types import LEARNER, PolicyRef, parse_policy
+from sp_lightning.types import LEARNER, PolicyKind, PolicyRef, parse_policy
 
 MIRROR = {"learner": 1.0}
 """The opponent mix of a game that names none: the learner plays itself."""
@@ -120,6 +121,13 @@ class GameSettings:
             template=self._template,
             max_turns=self.max_turns,
         )
+
+    def serve_checkpoint_dirs(self, serve) -> None:
+        """Each ``checkpoint:<adapter dir>`` of the opponent mix replaced by what ``serve`` makes
+        of it (``evaluation.matches.serve_policy``: registered with the rollout worker, served by
+        the directory's name): a fixed past policy to train against, an exploiter's target."""
+        self._opponents = [(serve(p) if p.kind is PolicyKind.CHECKPOINT and os.path.isdir(p.name) else p, w)
+                           for p, w in self._opponents]
 
     def mix_opponent(self, rng: random.Random) -> PolicyRef:
         """One draw from this game's opponent mix."""
