@@ -139,6 +139,30 @@ def check_moves_fit(games: list[GameSettings], tokenizer, max_new_tokens: int) -
             )
 
 
+def check_league_learners(league: LeagueSettings | None, learners: Learners | None) -> None:
+    """A league trains one main agent, and with ``data.league.exploiters`` its exploiters: then
+    ``model.learners`` names exactly those, the main agent with ``roles: ["*"]``."""
+    exploiters = league.exploiters.names() if league is not None and league.exploiters is not None else {}
+    if league is None or not (learners or exploiters):
+        return
+    if not exploiters:
+        raise ValueError(f"data.league: a league trains one main agent, and model.learners names "
+                         f"{len(learners.names)} ({', '.join(learners.names)}); drop model.learners, or make the "
+                         f"others exploiters (data.league.exploiters)")
+    if not learners or learners.every_role is None:
+        raise ValueError("data.league.exploiters: the exploiters and the main agent are learners of model.learners, "
+                         "the main agent the one with roles: ['*'] (e.g. model.learners: {main: {roles: ['*']}, "
+                         "main_exploiter: {}})")
+    others = set(learners.names) - {learners.every_role}
+    if others != set(exploiters.values()):
+        raise ValueError(f"data.league.exploiters: names {sorted(exploiters.values())}, and model.learners has "
+                         f"{sorted(others)} beside the main agent {learners.every_role!r}; expected the same")
+    claimed = sorted(role for name in others for role in learners.settings[name].roles)
+    if claimed:
+        raise ValueError(f"model.learners: an exploiter plays where the league seats it; give it no roles "
+                         f"(got {claimed})")
+
+
 def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: bool) -> None:
     """Refuse, before anything is played, a run that asks its backend for what it cannot do,
     naming both config keys."""
@@ -184,9 +208,7 @@ class Engine:
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
         check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
-        if settings.league is not None and learners:
-            raise ValueError(f"data.league: a league follows one learner (its main agent), and model.learners names "
-                             f"{len(learners.names)} ({', '.join(learners.names)}); drop one of the two")
+        check_league_learners(settings.league, learners)
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)
         from sp_lightning.evaluation.matches import serve_policy
@@ -279,8 +301,9 @@ class Engine:
             metrics.update(result.as_metrics(prefix if index == 0 else f"{prefix}/vs/{opponent_label(opponent)}"))
             lines.append(f"{game.name} vs {opponent}: {result.summary()}")
         line = "; ".join(lines)
-        if self.eval.exploitability:
-            exploit_metrics, exploit = exploitability_metrics(self.worker, game, prefix)
+        whole = self.learners.whole()  # exploitability reads one strategy for the whole game
+        if self.eval.exploitability and whole is not None:
+            exploit_metrics, exploit = exploitability_metrics(self.worker, game, prefix, whole)
             metrics.update(exploit_metrics)
             if exploit is not None:
                 line += f"; exploitability {exploit.exploitability:.4f} (legal mass {exploit.legal_mass_mean:.3f})"

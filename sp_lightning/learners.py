@@ -95,7 +95,9 @@ class LearnerSettings:
     settings (each a partial override: only the keys given change)."""
 
     roles: list[str] = field(default_factory=list)
-    """The roles (or a game's seats: ``player_0``...) whose "learner" requests it answers."""
+    """The roles (or a game's seats: ``player_0``...) whose "learner" requests it answers; ``"*"``:
+    every role no other learner claims (a league's main agent); none: only where a spec names it
+    (``learner:<name>``: an exploiter, seated by the league)."""
     lora: dict[str, Any] | None = None
     """Overrides of ``model.policy.lora`` for this adapter (``r``, ``alpha``...)."""
     optimizer: dict[str, Any] | None = None
@@ -127,6 +129,7 @@ class Learners:
     def __init__(self, settings: dict[str, LearnerSettings] | None = None):
         settings = dict(settings or {})
         self.roles: dict[str, str] = {}
+        self.every_role: str | None = None  # the learner of roles: ["*"]
         for name, learner in settings.items():
             if not _NAME.match(name) or name in (PolicyKind.LEARNER.value, DEFAULT_ADAPTER):
                 raise ValueError(f"model.learners.{name}: a learner's name is a letter then letters, digits or "
@@ -135,6 +138,12 @@ class Learners:
                 raise ValueError(f"model.learners.{name}: expected a learner's settings (roles, lora, optimizer, "
                                  f"loss), got {learner!r}")
             for role in learner.roles:
+                if role == "*":
+                    if self.every_role is not None:
+                        raise ValueError(f"model.learners.{name}.roles: '*' (every other role) is already "
+                                         f"learner {self.every_role!r}'s")
+                    self.every_role = name
+                    continue
                 if role in self.roles:
                     raise ValueError(f"model.learners.{name}.roles: role {role!r} is already played by learner "
                                      f"{self.roles[role]!r}")
@@ -155,6 +164,14 @@ class Learners:
     def ref(self, name: str) -> PolicyRef:
         return PolicyRef(PolicyKind.LEARNER, name)
 
+    def whole(self) -> PolicyRef | None:
+        """The learner that plays every role (a whole-game strategy: what exploitability reads):
+        the one unnamed learner, the learner of ``roles: ["*"]``, or None when each role has its
+        own learner."""
+        if not self.settings:
+            return PolicyRef(PolicyKind.LEARNER)
+        return self.ref(self.every_role) if self.every_role is not None else None
+
     def resolve(self, policy: PolicyRef, role: str) -> PolicyRef:
         """The learner that answers a request of ``policy`` in ``role``: an unnamed learner request
         goes to the learner playing the role; anything else is returned as it is."""
@@ -165,7 +182,7 @@ class Learners:
                 raise ValueError(f"policy {policy}: no learner {policy.name!r} in model.learners "
                                  f"({', '.join(self.settings)})")
             return policy
-        name = self.roles.get(role)
+        name = self.roles.get(role, self.every_role)
         if name is None:
             raise ValueError(f"role {role!r} asked for the learner, and no learner plays it: add it to the roles "
                              f"of one of model.learners ({', '.join(self.settings)})")

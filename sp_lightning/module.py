@@ -28,7 +28,9 @@ from sp_lightning.losses import (
 from sp_lightning import distributed, sharding
 from sp_lightning.data import callbacks_of
 from sp_lightning.engine import engine_of
-from sp_lightning.learners import LearnerSettings, Learners, activate, overridden, params_of, trainable_again
+from sp_lightning.learners import (
+    LearnerSettings, Learners, activate, adapter_of, overridden, params_of, trainable_again,
+)
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.rollout.base import save_learner_adapter
 from sp_lightning.rollout.hf import left_pad
@@ -779,6 +781,30 @@ class SelfPlayModule(L.LightningModule):
         if missing:
             raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
         self.load_state_dict(state, strict=False)
+
+    def reset_learner(self, learner: str, seed: int) -> None:
+        """Learner ``learner``'s adapter made fresh again (LoRA A drawn anew from ``seed``, B and
+        trainable token rows zero: the base model's policy) and its optimizer state dropped: an
+        exploiter starting over (sp_lightning.league.exploiters). ``seed`` makes every rank draw
+        the same adapter without touching the run's own random streams."""
+        from peft.tuners.lora import LoraLayer
+        from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
+
+        adapter = adapter_of(learner)
+        params = params_of(self.model, learner)
+        device = params[0].device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type), \
+                torch.no_grad():
+            torch.manual_seed(seed)
+            for module in self.model.modules():
+                if isinstance(module, LoraLayer) and adapter in module.lora_A:
+                    module.reset_lora_parameters(adapter, True)
+                elif isinstance(module, TrainableTokensLayer) and adapter in module.trainable_tokens_delta:
+                    module.trainable_tokens_delta[adapter].zero_()
+        if self._trainer is not None:
+            optimizer = self.optimizers().optimizer
+            for p in params:
+                optimizer.state.pop(p, None)
 
     def save_adapter(self, path: str | os.PathLike[str], learner: str = "") -> None:
         """The trained adapter (or the whole model without LoRA) and the tokenizer, with

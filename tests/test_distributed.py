@@ -222,6 +222,27 @@ def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config
     assert list((tmp_path / "league" / "evaluations").glob("*.result.json")), "the evaluator's results landed"
 
 
+def test_a_two_rank_league_with_an_exploiter_resets_it_alike_on_both_ranks(tmp_path):
+    """The main exploiter succeeds at once every few steps: its snapshot joins the one league, and
+    both ranks reset it to the same fresh adapter (the weights stay identical on both ranks)."""
+    from sp_lightning.league.registry import LeagueRegistry
+
+    with open(os.path.join(CONFIGS, "overlays", "exploiters.yaml")) as f:
+        exploiters = yaml.safe_load(f)
+    exploiters["data"]["league"]["exploiters"].update(min_games=4, success_win_rate=0.01, log_every=1)
+    exploiters["data"].update(episodes_per_batch=16, eval={"games": 8})
+    steps = 6
+    _fit("kuhn_poker_league_tiny.yaml", tmp_path, 2, exploiters, "--trainer.max_steps", str(steps),
+         "--data.league.dir", str(tmp_path / "league"), "--data.league.evaluator", '{"every": 0}',
+         "--data.league.exploitability_every", "0")
+    zero, one = _lines(tmp_path, 0), _lines(tmp_path, 1)
+    assert [line["weights"] for line in zero] == [line["weights"] for line in one]
+    assert len(zero) == steps
+    league = LeagueRegistry(tmp_path / "league" / "league.json").read()
+    snapshots = [a for a in league.agents.values() if "exploiter" in a.tags]
+    assert snapshots and len({a.id for a in snapshots}) == len(snapshots)
+
+
 # ---- two nodes on loopback ----------------------------------------------------------------------
 def test_two_nodes_on_loopback_with_torchrun(tmp_path):
     """``trainer.num_nodes: 2``, one process per "node", each started by its own torchrun (what

@@ -198,7 +198,7 @@ def test_a_league_with_several_learners_is_refused_naming_both_keys():
     module, dm = build_from_config("--config", os.path.join(ROOT, "configs", "kuhn_poker_league_tiny.yaml"),
                                    "--model.learners", json.dumps({"a": {"roles": ["player_0"]},
                                                                    "b": {"roles": ["player_1"]}}))
-    with pytest.raises(ValueError, match=r"data.league: a league follows one learner .* model.learners names 2"):
+    with pytest.raises(ValueError, match=r"data.league: a league trains one main agent, and model.learners names 2"):
         dm.build_engine(module)
 
 

@@ -126,6 +126,15 @@ def test_several_learners_are_served_each_as_its_own_adapter_in_one_batch():
                 assert worst < LOGPROB_TOLERANCE, f"{learner}, version {version}: max |vLLM - trainer| = {worst:.2e}"
             _perturb_adapter(module.model, 0.3, seed=6)  # an optimizer step on both
         assert worker.adapter_loads == 4  # each learner, each version
+        # one learner's weights change within a version (a league exploiter reset): served anew
+        module.reset_learner("second", seed=3)
+        completions = worker.generate(_requests([first, second] * 3), SamplingSettings(max_new_tokens=3))
+        assert worker.adapter_loads == 6  # both rewritten: the perturbation above moved both
+        rows = [c for c in completions if c.policy.name == "second"]
+        activate(module.model, "second")
+        trainer = _trainer_logprobs(module, rows)
+        trainable_again(module.model)
+        assert max(abs(a - b) for c, t in zip(rows, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
     finally:
         worker.close()
 

@@ -79,7 +79,11 @@ def _evaluate_all(ours, module, engine):
             print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
             rows.append((label, game.name, result))
             if ours.exploitability:
-                exploit_metrics, exploit = exploitability_metrics(worker, game, game.name)
+                whole = tested if ours.learner else engine.learners.whole()
+                if whole is None:
+                    raise ValueError("--exploitability: each seat has its own learner here; name the one to "
+                                     "read with --learner")
+                exploit_metrics, exploit = exploitability_metrics(worker, game, game.name, whole)
                 entry.update(exploit_metrics)
                 if exploit is not None:
                     print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "

@@ -49,6 +49,7 @@ import lightning as L
 
 from sp_lightning import distributed
 from sp_lightning.engine import engine_of
+from sp_lightning.league.exploiters import ExploiterTracker
 from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry, LeagueState
 from sp_lightning.league.sampler import LeagueSampler
@@ -82,9 +83,12 @@ class LeagueCallback(L.Callback):
         self._restore: dict | None = None
         self.lead = True  # rank 0 owns the league on disk (set again when training starts)
         self.copies: str | None = None  # a follower's own adapter copies
+        self.main = ""  # the main agent's learner name ("" the one unnamed learner), set at start
+        self.exploiters = ExploiterTracker(settings.exploiters) if settings.exploiters is not None else None
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.lead = trainer.global_rank == 0
+        self.main = engine_of(trainer).learners.every_role or ""
         if self.lead:
             self._open_league(trainer)
             state = self.registry.read()
@@ -107,6 +111,8 @@ class LeagueCallback(L.Callback):
             self.pruned = [tuple(p) for p in self._restore["pruned"]]
             if "pooler" in self._restore:  # absent in checkpoints from before games_per_match
                 self.pooler.load_state_dict(self._restore["pooler"])
+            if self.exploiters is not None and "exploiters" in self._restore:
+                self.exploiters.load_state_dict(self._restore["exploiters"])
             self._restore = None
             return
         if self.registry.read().agents:
@@ -150,8 +156,11 @@ class LeagueCallback(L.Callback):
         return self.copies
 
     def state_dict(self) -> dict[str, Any]:
-        return {"registry": self.registry.snapshot_dict(), "best_learner_rating": self.best_learner_rating,
-                "pruned": [list(p) for p in self.pruned], "pooler": self.pooler.state_dict()}
+        state = {"registry": self.registry.snapshot_dict(), "best_learner_rating": self.best_learner_rating,
+                 "pruned": [list(p) for p in self.pruned], "pooler": self.pooler.state_dict()}
+        if self.exploiters is not None:
+            state["exploiters"] = self.exploiters.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._restore = renamed_learner(state)
@@ -167,6 +176,10 @@ class LeagueCallback(L.Callback):
         news = distributed.broadcast(news)
         if not self.lead:
             self._follow(trainer, pl_module, news)
+        for name, seed in news.get("resets", []):  # every rank alike: the same fresh adapter
+            pl_module.reset_learner(name, seed)
+        if news.get("resets"):
+            engine_of(trainer).worker.publish_weights()  # the next batch plays the fresh adapter
         metrics = dict(news["metrics"])
         metrics.update(self._refresh(step, _state_of(news)))
         pl_module.log_dict(metrics, batch_size=1)
@@ -177,6 +190,7 @@ class LeagueCallback(L.Callback):
         matches = [m for part in drained for m in part[0]]
         buckets = [b for part in drained for b in part[1]]
         results = [r for part in drained for r in part[2]]
+        exploited = [r for part in drained for r in part[3]]
         if matches:
             rated = self.pooler.add(matches)
             if rated:
@@ -184,6 +198,12 @@ class LeagueCallback(L.Callback):
         metrics = self._mix_and_results(buckets, results)
         state = self.registry.read()
         promoted, pruned = self._promote_and_prune(trainer, step, state)
+        resets = []
+        if self.exploiters is not None:
+            exploiter_metrics, succeeded, resets = self.exploiters.step(step, exploited)
+            metrics.update(exploiter_metrics)
+            for name in succeeded:
+                promoted.append(self._promote_exploiter(trainer, step, name))
         self._delete_pruned()
         evaluated = self._poll_evaluator(trainer)
         metrics.update(evaluated)
@@ -193,16 +213,17 @@ class LeagueCallback(L.Callback):
             metrics.update(self._exploitability(trainer))
         if promoted or pruned or evaluated:
             state = self.registry.read()
-        return {"agents": _agents_of(state), "promoted": promoted, "pruned": pruned, "metrics": metrics}
+        return {"agents": _agents_of(state), "promoted": promoted, "pruned": pruned, "metrics": metrics,
+                "resets": resets}
 
     def _follow(self, trainer, pl_module, news: dict[str, Any]) -> None:
         """A follower's part of a step: its own copy of each promoted adapter (the same weights
         as the lead's), the pruned ones forgotten and deleted (the lead keeps the files that a
         resume needs)."""
         worker = engine_of(trainer).worker
-        for agent_id in news["promoted"]:
+        for agent_id, learner in news["promoted"]:
             path = os.path.join(self._copies_dir(), agent_id)
-            pl_module.save_adapter(path)
+            pl_module.save_adapter(path, learner)
             worker.register_adapter(agent_id, path)
         for agent_id in news["pruned"]:
             worker.forget_adapter(agent_id)
@@ -233,7 +254,7 @@ class LeagueCallback(L.Callback):
         if tags:
             agent_id = f"ckpt-{step:06d}"
             path = os.path.join(self.dir, "adapters", agent_id)
-            trainer.lightning_module.save_adapter(path)
+            trainer.lightning_module.save_adapter(path, self.main)
             parent = max(checkpoints, key=lambda a: a.step, default=None)
             self.registry.update_agent(LEARNER_ID, step=step)
             self.registry.add_agent(AgentRecord(
@@ -247,7 +268,7 @@ class LeagueCallback(L.Callback):
             if self.best_learner_rating is None or new_best:
                 self.best_learner_rating = rating
             self._event(trainer, f"step {step}: {agent_id} added ({', '.join(tags)}), rating {rating:.2f}")
-            promoted.append(agent_id)
+            promoted.append((agent_id, self.main))
         pruned = [agent for agent in checkpoints if not self.schedule.keeps(agent.step, agent.tags, step)]
         for agent in pruned:
             self.registry.remove_agent(agent.id)
@@ -255,6 +276,19 @@ class LeagueCallback(L.Callback):
             self.pruned.append((step, agent.adapter_path))
             self._event(trainer, f"step {step}: {agent.id} left the league (older than the recent window)")
         return promoted, [agent.id for agent in pruned]
+
+    def _promote_exploiter(self, trainer, step: int, learner: str) -> tuple[str, str]:
+        """A snapshot of the exploiter ``learner``, which has just succeeded, joins the league as
+        a checkpoint the main agent plays (kept for good: tag ``exploiter``)."""
+        agent_id = f"{learner}-{step:06d}"
+        path = os.path.join(self.dir, "adapters", agent_id)
+        trainer.lightning_module.save_adapter(path, learner)
+        self.registry.add_agent(AgentRecord(id=agent_id, type="checkpoint", policy=f"checkpoint:{agent_id}",
+                                            adapter_path=path, step=step, tags=["exploiter", learner]),
+                                exist_ok=True)
+        engine_of(trainer).worker.register_adapter(agent_id, path)
+        self._event(trainer, f"step {step}: exploiter {learner} succeeded; {agent_id} joins the league")
+        return agent_id, learner
 
     def _warn_if_adapters_thrash(self, worker, checkpoints: int) -> None:
         """Once per run: a league with more checkpoints than the worker holds reloads adapters
@@ -382,7 +416,7 @@ class LeagueCallback(L.Callback):
 
         engine = engine_of(trainer)
         game = engine.games[0]
-        learner = policy_exploitability(engine.worker, game)
+        learner = policy_exploitability(engine.worker, game, engine.learners.whole())
         if learner is None:
             return {}
         metrics = {"league/exploitability/learner": learner.exploitability,

@@ -27,7 +27,7 @@ class LeagueSampler(OpponentSampler):
     def from_settings(cls, settings) -> LeagueSampler:
         """The sampler of a ``data.league`` block (``sp_lightning.league.settings.LeagueSettings``)."""
         return cls(settings.matchmaking, settings.max_distinct_opponents, settings.win_rate_decay,
-                   tuple(settings.coverage_ngrams))
+                   tuple(settings.coverage_ngrams), settings.exploiters)
 
     def __init__(
         self,
@@ -35,6 +35,7 @@ class LeagueSampler(OpponentSampler):
         max_distinct_opponents: int | None = None,
         win_rate_decay: float = 0.95,
         coverage_ngrams: tuple[int, ...] = (1, 2),
+        exploiters=None,
     ):
         """
         Args:
@@ -43,6 +44,8 @@ class LeagueSampler(OpponentSampler):
                 than two seats (cluster sampling); null leaves every seat free.
             win_rate_decay: Decay of the learner's moving win-rate estimate against each opponent.
             coverage_ngrams: The n of the n-gram coverage statistics of each agent's moves.
+            exploiters: The league's exploiters (``ExploiterSettings``; None: none): each plays
+                its share of the games, seated here against its opponents.
         """
         if not 0 <= win_rate_decay < 1:
             raise ValueError(f"opponents.win_rate_decay: expected in [0, 1), got {win_rate_decay}")
@@ -61,6 +64,10 @@ class LeagueSampler(OpponentSampler):
         self.pending: list[tuple[list[str], list[float]]] = []  # match results for the ratings
         self.step_buckets: list[str] = []  # the buckets of this batch's opponents (for the mix)
         self.step_results: list[tuple[str, float]] = []  # (bucket, learner payoff) of this batch
+        self.exploiters = exploiters
+        self.exploiter_refs = ({name: PolicyRef(PolicyKind.LEARNER, name) for name in exploiters.names().values()}
+                               if exploiters is not None else {})
+        self.exploiter_results: list[tuple[str, float]] = []  # (exploiter, its payoff) of this batch
 
     # ---- the league view (from the callback) --------------------------------------------------
     def refresh(self, agents: list, learner, step: int | None = None) -> None:
@@ -96,22 +103,46 @@ class LeagueSampler(OpponentSampler):
         agents = game.agents
         learner_seat = agents[self.rotation[game.name] % len(agents)]
         self.rotation[game.name] += 1
+        exploiter = self._exploiter_game(rng)
+        if exploiter == "main":  # the main exploiter against the main agent in every other seat
+            return {a: (self.exploiter_refs[self.exploiters.main] if a == learner_seat else LEARNER) for a in agents}
         picks = self.matchmaker.sample(self.learner, self.candidates, rng, k=len(agents) - 1,
                                        max_distinct=self.max_distinct)
+        if exploiter == "league":  # the league exploiter against the league, picked as for the main agent
+            others = iter(picks)
+            return {a: (self.exploiter_refs[self.exploiters.league] if a == learner_seat
+                        else self._policy_of(next(others))) for a in agents}
         self.step_buckets.extend(p.bucket for p in picks)
         others = iter(picks)
         seats = {}
         for agent in agents:
-            if agent == learner_seat:
-                seats[agent] = LEARNER
-            else:
-                pick = next(others)
-                seats[agent] = LEARNER if pick.id == MIRROR_ID else self.policies[pick.id]
+            seats[agent] = LEARNER if agent == learner_seat else self._policy_of(next(others))
         return seats
 
+    def _policy_of(self, pick) -> PolicyRef:
+        return LEARNER if pick.id == MIRROR_ID else self.policies[pick.id]
+
+    def _exploiter_game(self, rng: random.Random) -> str | None:
+        """Which exploiter plays this game ("main", "league"), or None: the main agent's game.
+        Draws from ``rng`` only when the league has exploiters (a league without keeps its
+        streams as they were)."""
+        if not self.exploiter_refs:
+            return None
+        u = rng.random()
+        for index, kind in enumerate(self.exploiters.names()):
+            if u < self.exploiters.share * (index + 1):
+                return kind
+        return None
+
     def observe(self, rollouts: list[Rollout]) -> None:
+        exploiters = set(self.exploiter_refs.values())
         for rollout in rollouts:
             seats = rollout.seats
+            played = [(a, p) for a, p in seats.items() if p in exploiters]
+            if played:  # an exploiter's game: its result is its own, not the league's ratings
+                agent, policy = played[0]
+                self.exploiter_results.append((policy.name, rollout.outcome.get(agent, 0.0)))
+                continue
             for agent, policy in seats.items():
                 moves = [s.info.get("parsed_move") or "?" for s in rollout.steps_of(agent)]
                 self.coverage.add(LEARNER_ID if policy.kind is PolicyKind.LEARNER else self.policy_ids.get(str(policy), str(policy)), moves)
@@ -134,10 +165,11 @@ class LeagueSampler(OpponentSampler):
     def _bucket_of(self, agent_id: str) -> str:
         return "baseline" if self.kinds.get(agent_id) == "baseline" else "checkpoint"
 
-    def drain(self) -> tuple[list[tuple[list[str], list[float]]], list[str], list[tuple[str, float]]]:
-        """This batch's match results, opponent buckets and (opponent type, learner payoff) pairs."""
-        out = (self.pending, self.step_buckets, self.step_results)
-        self.pending, self.step_buckets, self.step_results = [], [], []
+    def drain(self) -> tuple[list, list[str], list[tuple[str, float]], list[tuple[str, float]]]:
+        """This batch's match results, opponent buckets, (opponent type, learner payoff) pairs and
+        (exploiter, its payoff) pairs."""
+        out = (self.pending, self.step_buckets, self.step_results, self.exploiter_results)
+        self.pending, self.step_buckets, self.step_results, self.exploiter_results = [], [], [], []
         return out
 
     # ---- checkpointed state -------------------------------------------------------------------

@@ -61,7 +61,8 @@ class CheckpointSchedule:
         return tags
 
     def keeps(self, agent_step: int, tags: list[str], now: int) -> bool:
-        return "anchor" in tags or "elite" in tags or now - agent_step < self.recent_window
+        """Anchors, elites and exploiters' successful snapshots stay; recent ones while in the window."""
+        return any(t in tags for t in ("anchor", "elite", "exploiter")) or now - agent_step < self.recent_window
 
 
 @dataclass
@@ -77,6 +78,57 @@ class EvaluatorSettings:
     threads: int = 1
     """Torch threads of the evaluator process."""
     seed: int = 99_000
+
+
+@dataclass
+class ExploiterSettings:
+    """AlphaStar's exploiters, each a learner of ``model.learners`` that the league seats itself
+    (give it no roles). The league's main agent is the learner with ``roles: ["*"]``.
+
+    A **main exploiter** plays only the current main agent; a **league exploiter** plays the
+    league's members as the main agent's matchmaking picks them. An exploiter whose moving win
+    rate against its opponents reaches ``success_win_rate`` (after ``min_games`` games since it
+    was last reset) has found a weakness: a snapshot of it joins the league as a checkpoint that
+    the main agent then plays, and it is reset to a fresh adapter; so is one that has not
+    succeeded within ``reset_every`` steps. The main exploiter's moving payoff against the main
+    agent is ``league/exploitability_estimate``: a learned best response's payoff, an estimate of
+    the main agent's exploitability for any game (checked against the exact value on Kuhn Poker
+    by ``benchmarks/exploiter_check.py``)."""
+
+    main: str | None = None
+    """The main exploiter: a learner's name in model.learners (null: none)."""
+    league: str | None = None
+    """The league exploiter: a learner's name in model.learners (null: none)."""
+    share: float = 0.25
+    """Of each batch's games, the share each exploiter plays."""
+    success_win_rate: float = 0.7
+    """The moving win rate against its opponents at which an exploiter has succeeded."""
+    min_games: int = 100
+    """Games since its last reset before an exploiter can succeed."""
+    window: int = 200
+    """The games the moving win rate and payoff span (an exponential average over about this many)."""
+    reset_every: int = 200
+    """Steps after which an exploiter that has not succeeded is reset to a fresh adapter; 0: never."""
+    log_every: int = 10
+    """Steps between logs of the exploiters' figures (``league/exploitability_estimate``...)."""
+
+    def names(self) -> dict[str, str]:
+        """kind ("main", "league") -> learner name, for the exploiters set."""
+        return {kind: name for kind, name in (("main", self.main), ("league", self.league)) if name}
+
+    def __post_init__(self):
+        if self.main is not None and self.main == self.league:
+            raise ValueError(f"data.league.exploiters: main and league name the same learner {self.main!r}")
+        if not (0 < self.share and len(self.names()) * self.share < 1):
+            raise ValueError(f"data.league.exploiters.share: expected > 0 with the exploiters' shares summing to "
+                             f"less than 1, got {self.share}")
+        if not 0 < self.success_win_rate <= 1:
+            raise ValueError(f"data.league.exploiters.success_win_rate: expected in (0, 1], got {self.success_win_rate}")
+        for key in ("min_games", "window", "log_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"data.league.exploiters.{key}: expected >= 1, got {getattr(self, key)}")
+        if self.reset_every < 0:
+            raise ValueError(f"data.league.exploiters.reset_every: expected >= 0, got {self.reset_every}")
 
 
 @dataclass
@@ -120,6 +172,8 @@ class LeagueSettings:
     """Decay of the learner's moving win-rate estimate against each opponent (what PFSP weighs)."""
     coverage_ngrams: tuple[int, ...] = (1, 2)
     """The n of the n-gram coverage statistics of each agent's moves."""
+    exploiters: ExploiterSettings | None = None
+    """AlphaStar's main and league exploiters (learners of model.learners); null: none."""
 
     def __post_init__(self):
         for entry in self.baselines or []:

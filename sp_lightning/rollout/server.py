@@ -56,7 +56,8 @@ from sp_lightning.rollout.base import (
 )
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.rollout.fleet import ServerFleet
-from sp_lightning.learners import learner_names
+from sp_lightning.learners import learner_names, params_of
+from sp_lightning.rollout.merged_copy import weights_key
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 
@@ -137,7 +138,8 @@ class ServerRolloutWorker(RolloutWorker):
         # its directory and that version
         self._learner_names: dict[str, str] = {}
         self._learner_paths: dict[str, str] = {}
-        self._learner_versions: dict[str, int] = {}
+        self._learner_versions: dict[str, tuple] = {}
+        self._rewrites = 0  # learners written again under an unchanged version
         self._clients: dict[str, object] = {}
         self._pool: ThreadPoolExecutor | None = None
         # adapter names on the servers carry this worker's own tag: a resumed run, a second run
@@ -294,14 +296,21 @@ class ServerRolloutWorker(RolloutWorker):
             return self.served_model
         if policy.kind is PolicyKind.LEARNER:
             learner = policy.name
-            if self._learner_versions.get(learner) != self.policy_version:
+            # the version, and the weights' own key: a learner reset between steps (a league's
+            # exploiter) is new weights under the same version
+            stamp = (self.policy_version, weights_key(params_of(self.model, learner)))
+            served = self._learner_versions.get(learner)
+            if served != stamp:
                 label = f"learner-{learner}" if learner else "learner"
+                if served is not None and served[0] == self.policy_version:  # new weights, same version:
+                    self._rewrites += 1                                      # a name of their own
+                    label += f"-w{self._rewrites}"
                 name = f"{label}-v{self.policy_version}-{self._rank_tag()}"
                 path = save_learner_adapter(self.model, os.path.join(self.root, name), learner)
                 self._load_everywhere(name, path)
                 previous = (self._learner_names.get(learner), self._learner_paths.get(learner))
                 self._learner_names[learner], self._learner_paths[learner] = name, path
-                self._learner_versions[learner] = self.policy_version
+                self._learner_versions[learner] = stamp
                 if previous[0] is not None and previous[0] != name:
                     self._unload_everywhere(previous[0])
                     shutil.rmtree(previous[1], ignore_errors=True)

@@ -63,7 +63,8 @@ from sp_lightning.rollout.base import (
     context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
     write_zero_adapter,
 )
-from sp_lightning.learners import adapter_of, learner_names
+from sp_lightning.learners import adapter_of, learner_names, params_of
+from sp_lightning.rollout.merged_copy import weights_key
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
@@ -190,7 +191,7 @@ class VLLMRolloutWorker(RolloutWorker):
         # that version, and whether the engine holds it (not after an engine died: its files then
         # reload as they are)
         self._learners: dict[str, object] = {}
-        self._learner_versions: dict[str, int] = {}
+        self._learner_versions: dict[str, tuple] = {}  # (version, weights key) it was written at
         self._learners_in_engine: set[str] = set()
         self._checkpoints: dict[str, object] = {}  # id -> LoRARequest, loaded in the engine
         self.base_as_adapter = base_as_adapter
@@ -324,7 +325,10 @@ class VLLMRolloutWorker(RolloutWorker):
         if not hasattr(self.model, "peft_config"):
             return None  # no adapter: the learner is the base model, served as it was loaded
         current = self._learners.get(learner)
-        if current is not None and self._learner_versions.get(learner) == self.policy_version:
+        # the version, and the weights' own key: a learner reset between steps (a league's
+        # exploiter) is new weights under the same version
+        stamp = (self.policy_version, weights_key(params_of(self.model, learner)))
+        if current is not None and self._learner_versions.get(learner) == stamp:
             if learner not in self._learners_in_engine:  # a new engine after a death: the same files, reloaded
                 self._learners[learner] = self._load(current.lora_name, current.lora_path)
                 self._learners_in_engine.add(learner)
@@ -334,7 +338,7 @@ class VLLMRolloutWorker(RolloutWorker):
                                                                        f"{self._next_lora_id}"), learner)
         previous_in_engine = learner in self._learners_in_engine
         self._learners[learner] = self._load(f"{label}-v{self.policy_version}", path)
-        self._learner_versions[learner] = self.policy_version
+        self._learner_versions[learner] = stamp
         self._learners_in_engine.add(learner)
         if current is not None:
             if previous_in_engine:
