@@ -100,10 +100,13 @@ def compare(before: dict, after: dict, out=sys.stdout) -> bool:
             cells = ", ".join(f"step {s}: {a.get(s, math.nan):.4f} / {b.get(s, math.nan):.4f}"
                               for s in sorted(set(a) | set(b), key=int))
             print(f"{name}: {cells}", file=out)
-        differing, missing = [], []
+        differing, missing, added = [], [], []
         for name in sorted(set(old) | set(new)):
-            if name not in old or name not in new:
+            if name not in new:  # a recorded figure the code no longer gives: a change
                 missing.append(name)
+                continue
+            if name not in old:  # a figure the code gives now beside every recorded one: not a change
+                added.append(name)
                 continue
             for step in sorted(set(old[name]) | set(new[name]), key=int):
                 a, b = old[name].get(step), new[name].get(step)
@@ -114,7 +117,9 @@ def compare(before: dict, after: dict, out=sys.stdout) -> bool:
         for line in differing[:40]:
             print(f"  {line}", file=out)
         if missing:
-            print(f"logged by one side only: {', '.join(missing)}", file=out)
+            print(f"recorded but no longer logged: {', '.join(missing)}", file=out)
+        if added:
+            print(f"logged now beside the recorded figures (new, not compared): {', '.join(added)}", file=out)
         same = same and not differing and not missing
     print(f"\n{'UNCHANGED' if same else 'CHANGED'}", file=out)
     return same

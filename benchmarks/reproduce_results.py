@@ -178,7 +178,10 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
+    parser.add_argument("--recipes", nargs="+", default=[*RECIPES, "exploiter_check"],
+                        choices=[*RECIPES, "exploiter_check"],
+                        help="exploiter_check: benchmarks/exploiter_check.py (a learned exploiter against Kuhn "
+                             "agents beside their exact exploitability), once")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--games_per_seat", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
@@ -189,6 +192,10 @@ def main() -> None:
     sha = commit()
     everything = {"commit": sha, "results": []}
     for name in args.recipes:
+        if name == "exploiter_check":
+            subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "exploiter_check.py"), "--threads",
+                            str(args.threads), "--out", os.path.join(args.out, "exploiter_check")], check=True)
+            continue
         results = []
         for seed in args.seeds:
             results.append(run_recipe(name, RECIPES[name], seed, args.out, args.games_per_seat, args.threads,
