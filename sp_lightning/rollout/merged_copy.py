@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import torch
 
-LEARNER_ADAPTER = "default"  # peft's name for the adapter that get_peft_model creates
+from sp_lightning.learners import DEFAULT_ADAPTER as LEARNER_ADAPTER  # the one unnamed learner's adapter
 
 
 def weights_key(params: Iterable[torch.Tensor]) -> tuple[int, ...]:
