@@ -221,3 +221,20 @@ def test_validation_reports_each_seats_learner(tmp_path):
     for seat in ("player_0", "player_1"):
         assert metrics[f"val/kuhn/payoff_{seat}_ci_low"] <= metrics[f"val/kuhn/payoff_{seat}"] \
             <= metrics[f"val/kuhn/payoff_{seat}_ci_high"]
+
+
+def test_crossplay_plays_each_learner_of_a_checkpoint(tmp_path, capsys):
+    """A Lightning checkpoint of a run with two learners is two cross-play players."""
+    from sp_lightning.cli.crossplay import main as crossplay
+
+    config = os.path.join(ROOT, "configs", "kuhn_poker_two_learners_tiny.yaml")
+    module, _ = build_from_config("--config", config)
+    with torch.no_grad():
+        for p in params_of(module.model, "second"):
+            p.add_(0.5)  # the two learners differ
+    checkpoint = tmp_path / "run.ckpt"
+    torch.save({"state_dict": {f"model.{n}": p.detach() for n, p in module.model.named_parameters()
+                               if p.requires_grad}}, checkpoint)
+    result = crossplay(["--config", config, "--checkpoint", str(checkpoint), "--games_per_seat", "4",
+                   "--output_dir", str(tmp_path / "crossplay"), "--resamples", "10"])
+    assert set(result["ratings"].labels) == {"run-first", "run-second"}

@@ -17,7 +17,8 @@ def add_flags(parser) -> None:
     parser.add_argument("--league", type=str | None, default=None,
                         help="league directory (holding league.json) whose agents play")
     parser.add_argument("--checkpoint", nargs="*", default=[],
-                        help="further players: Lightning .ckpt files or peft adapter dirs")
+                        help="further players: Lightning .ckpt files (one player per learner of a run with "
+                             "several: <file>-<learner>) or peft adapter dirs")
     parser.add_argument("--max_checkpoints", type=int, default=8,
                         help="the league's kept checkpoints, thinned evenly over training steps to at most this many")
     parser.add_argument("--no_baselines", action="store_true", help="leave the league's baseline bots out")
@@ -61,11 +62,16 @@ def _play_round_robin(ours, module, engine):
     with tempfile.TemporaryDirectory() as scratch:
         for path in ours.checkpoint:
             label = unique_label(path, policies)
-            if not os.path.isdir(path):  # a Lightning .ckpt: its adapter, saved where the worker can load it
-                module.load_policy_weights(path)
-                module.save_adapter(os.path.join(scratch, label))
-                path = os.path.join(scratch, label)
-            policies[label] = f"checkpoint:{path}"
+            if os.path.isdir(path):
+                policies[label] = f"checkpoint:{path}"
+                continue
+            # a Lightning .ckpt: its adapter, saved where the worker can load it; one player per
+            # learner of a run with several (model.learners), named <label>-<learner>
+            module.load_policy_weights(path)
+            for learner in module.learners.names:
+                name = f"{label}-{learner}" if learner else label
+                module.save_adapter(os.path.join(scratch, name), learner)
+                policies[name] = f"checkpoint:{os.path.join(scratch, name)}"
         if len(policies) < 2:
             fail(PROG, f"expected at least 2 players (--league, --checkpoint), got {list(policies)}")
         # adapters registered by their unique labels: two directories may share a name
