@@ -782,11 +782,12 @@ class SelfPlayModule(L.LightningModule):
             raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
         self.load_state_dict(state, strict=False)
 
-    def reset_learner(self, learner: str, seed: int) -> None:
+    def reset_learner(self, learner: str, seed: int, copy_from: str | None = None) -> None:
         """Learner ``learner``'s adapter made fresh again (LoRA A drawn anew from ``seed``, B and
-        trainable token rows zero: the base model's policy) and its optimizer state dropped: an
-        exploiter starting over (sp_lightning.league.exploiters). ``seed`` makes every rank draw
-        the same adapter without touching the run's own random streams."""
+        trainable token rows zero: the base model's policy), or with ``copy_from`` a copy of that
+        learner's adapter, and its optimizer state dropped: an exploiter starting over
+        (sp_lightning.league.exploiters). ``seed`` makes every rank draw the same adapter without
+        touching the run's own random streams."""
         from peft.tuners.lora import LoraLayer
         from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
 
@@ -801,10 +802,26 @@ class SelfPlayModule(L.LightningModule):
                     module.reset_lora_parameters(adapter, True)
                 elif isinstance(module, TrainableTokensLayer) and adapter in module.trainable_tokens_delta:
                     module.trainable_tokens_delta[adapter].zero_()
+        if copy_from is not None:
+            self._copy_adapter(copy_from, learner)
         if self._trainer is not None:
             optimizer = self.optimizers().optimizer
             for p in params:
                 optimizer.state.pop(p, None)
+
+    @torch.no_grad()
+    def _copy_adapter(self, source: str, target: str) -> None:
+        """``target``'s adapter weights set to ``source``'s (same LoRA shape required)."""
+        mine, theirs = f".{adapter_of(target)}.", f".{adapter_of(source)}."
+        params = dict(self.model.named_parameters())
+        for name, param in params.items():
+            if mine not in name + ".":
+                continue
+            twin = (name + ".").replace(mine, theirs)[:-1]
+            if twin not in params or params[twin].shape != param.shape:
+                raise ValueError(f"data.league.exploiters.reset_to: main needs learner {target!r}'s adapter shaped "
+                                 f"as {source!r}'s (model.learners.<name>.lora); {name} has no twin")
+            param.copy_(params[twin])
 
     def save_adapter(self, path: str | os.PathLike[str], learner: str = "") -> None:
         """The trained adapter (or the whole model without LoRA) and the tokenizer, with

@@ -176,8 +176,9 @@ class LeagueCallback(L.Callback):
         news = distributed.broadcast(news)
         if not self.lead:
             self._follow(trainer, pl_module, news)
+        copy_from = self.main if self.exploiters is not None and self.exploiters.settings.reset_to == "main" else None
         for name, seed in news.get("resets", []):  # every rank alike: the same fresh adapter
-            pl_module.reset_learner(name, seed)
+            pl_module.reset_learner(name, seed, copy_from=copy_from)
         if news.get("resets"):
             engine_of(trainer).worker.publish_weights()  # the next batch plays the fresh adapter
         metrics = dict(news["metrics"])

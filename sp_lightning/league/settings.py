@@ -109,6 +109,11 @@ class ExploiterSettings:
     """The games the moving win rate and payoff span (an exponential average over about this many)."""
     reset_every: int = 200
     """Steps after which an exploiter that has not succeeded is reset to a fresh adapter; 0: never."""
+    reset_to: str = "base"
+    """What an exploiter starts over from: "base" (a fresh adapter: the base model's play) or
+    "main" (a copy of the main agent's current adapter, as AlphaStar resets its exploiters to the
+    supervised agent: a model whose base play is mostly illegal then need not relearn the rules;
+    needs the same LoRA shape for both learners)."""
     log_every: int = 10
     """Steps between logs of the exploiters' figures (``league/exploitability_estimate``...)."""
 
@@ -127,6 +132,8 @@ class ExploiterSettings:
         for key in ("min_games", "window", "log_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"data.league.exploiters.{key}: expected >= 1, got {getattr(self, key)}")
+        if self.reset_to not in ("base", "main"):
+            raise ValueError(f"data.league.exploiters.reset_to: expected 'base' or 'main', got {self.reset_to!r}")
         if self.reset_every < 0:
             raise ValueError(f"data.league.exploiters.reset_every: expected >= 0, got {self.reset_every}")
 
