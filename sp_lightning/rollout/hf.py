@@ -151,9 +151,7 @@ class HFRolloutWorker(RolloutWorker):
         # never inference tensors (a standalone validate calls this under inference_mode): the
         # copy is written in place at later syncs and its version counters are read
         with torch.inference_mode(False), torch.no_grad():
-            if self.model is self.trainer_model:
-                self.model = copy.deepcopy(self.trainer_model)
-                self._merged = None
+            self._take_own_copy()
             trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
             key = weights_key(trained.values())
             if key == self._published_key:
@@ -172,11 +170,18 @@ class HFRolloutWorker(RolloutWorker):
                          "passes, and every pass of a sharded model is a collective)", "data.rollout.init_args.own_copy",
                          "set it to true (the backend then generates from a whole copy of its own), or use "
                          "VLLMRolloutWorker / ServerRolloutWorker")
+        self._take_own_copy(device)
+
+    def _take_own_copy(self, device=None) -> None:
+        """The worker's own whole copy of the trainer's model, made once (on ``device`` if given)."""
+        if self.model is not self.trainer_model:
+            return
         with torch.inference_mode(False), torch.no_grad():
-            if self.model is self.trainer_model:
-                self.model = copy.deepcopy(self.trainer_model).to(device)
-                self._merged = None
-                self._published_key = None
+            self.model = copy.deepcopy(self.trainer_model)
+            if device is not None:
+                self.model.to(device)
+        self._merged = None
+        self._published_key = None
 
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:
