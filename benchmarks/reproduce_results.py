@@ -8,7 +8,7 @@ yardstick; for Kuhn Poker also the learner's exact exploitability at that checkp
 the validated exploitabilities over the last quarter of the run (the last iterates, not only the
 best one), read from the run's TensorBoard events.
 
-    python benchmarks/reproduce_results.py                      # every recipe, seeds 0 1 2 (~75 min)
+    python benchmarks/reproduce_results.py                      # every recipe, seeds 0 1 2 (hours)
     python benchmarks/reproduce_results.py --recipes tictactoe_tiny --seeds 0 --out /tmp/r
 
 Prints one Markdown table per recipe (with the commit, seeds and games) and writes
@@ -66,6 +66,39 @@ RECIPES = {
         "per_seat": {"player_0": "first", "player_1": "second"},
         "bars": "each learner's payoff in its seat above its untrained payoff, intervals apart",
     },
+    # a seller and a buyer (model.learners), each against the scripted bot:bargainer in its seat
+    "bargaining_two_learners_tiny": {
+        "config": "configs/bargaining_two_learners_tiny.yaml",
+        "opponents": ["bot:bargainer"],
+        "game": "bargaining_v1",
+        "checkpoint": "last",
+        "games_per_seat": 2000,
+        "per_seat": {"player_0": "seller", "player_1": "buyer"},
+        "bars": "each learner's payoff in its seat above its untrained payoff, intervals apart",
+    },
+    # AlphaStar's main exploiter as the strength measure where no exact one exists: the league
+    # recipe with configs/overlays/exploiters.yaml; league/exploitability_estimate is the
+    # exploiter's moving payoff against the main agent (read from the run's TensorBoard events)
+    "liars_dice_league_tiny_exploiters": {
+        "config": "configs/liars_dice_league_tiny.yaml",
+        "overlays": ["configs/overlays/exploiters.yaml"],
+        "opponents": ["bot:random"],
+        "game": "liars_dice_v1",
+        "estimate": "league/exploitability_estimate",
+        "bars": "none (what the estimate reads)",
+    },
+    "tictactoe_league_tiny_exploiters": {
+        "config": "configs/tictactoe_league_tiny.yaml",
+        "overlays": ["configs/overlays/exploiters.yaml"],
+        "opponents": ["bot:random", "bot:tictactoe_perfect"],
+        "game": "tictactoe_v1",
+        "estimate": "league/exploitability_estimate",
+        "bars": "none (what the estimate reads)",
+    },
+}
+CHECKS = {  # --recipes names that run a benchmark of their own, once
+    "exploiter_check": ["--game", "kuhn_poker"],
+    "exploiter_check_tictactoe": ["--game", "tictactoe"],
 }
 
 
@@ -97,10 +130,11 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
     work = os.path.join(out, name, f"seed{seed}")
     os.makedirs(work, exist_ok=True)
     config = os.path.join(ROOT, spec["config"])
+    configs = [flag for overlay in spec.get("overlays", []) for flag in ("--config", os.path.join(ROOT, overlay))]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     start = time.time()
     with open(os.path.join(work, "fit.log"), "w") as log:
-        subprocess.run([*CLI, "fit", "--config", config, "--seed_everything", str(seed),
+        subprocess.run([*CLI, "fit", "--config", config, *configs, "--seed_everything", str(seed),
                         "--trainer.enable_progress_bar", "false", *spec.get("fit_flags", []), *fit_flags],
                        cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
     fit_seconds = time.time() - start
@@ -121,7 +155,7 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
             path = os.path.join(work, f"eval-{label}{opponent.replace(':', '_')}.json")
             flags = ["--exploitability", "true"] if spec.get("exploitability") and opponent == spec["opponents"][0] else []
             flags += ["--checkpoint", checkpoint] if checkpoint else []
-            subprocess.run([*CLI, "evaluate", "--config", config, "--opponent", opponent,
+            subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
                             "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path,
                             *flags], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            check=True)
@@ -139,12 +173,23 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
         result["exploitability_curve"] = curve
         result["exploitability_last_quarter_mean"] = sum(quarter) / len(quarter)
         result["exploitability_at_result"] = result["against"][spec["opponents"][0]]["exploitability"]
+    if spec.get("estimate"):
+        curve = scalars(os.path.join(work, "runs"), spec["estimate"])
+        last_step = max(step for step, _ in curve)
+        quarter = [v for step, v in curve if step >= 0.75 * last_step]
+        result["estimate_curve"] = curve
+        result["estimate_last"] = curve[-1][1]
+        result["estimate_last_quarter_mean"] = sum(quarter) / len(quarter)
+        for tag in ("successes", "resets"):
+            points = scalars(os.path.join(work, "runs"), f"league/exploiter/main/{tag}")
+            result[f"exploiter_{tag}"] = points[-1][1] if points else 0
     return result
 
 
 def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
     games = 2 * results[0]["games_per_seat"] if results else 0
-    lines = [f"### `{spec['config']}` {' '.join(spec.get('fit_flags', []))}", "",
+    overlays = " ".join(f"+ `{o}`" for o in spec.get("overlays", []))
+    lines = [f"### `{spec['config']}` {overlays} {' '.join(spec.get('fit_flags', []))}", "",
              f"Commit {sha}; training seeds {', '.join(str(r['seed']) for r in results)}; {games} games per "
              f"yardstick on evaluation seed {EVAL_SEED}, played as `data.eval` plays; 95% intervals. Bars: {spec['bars']}.", ""]
     head = "| seed | fit | result step |"
@@ -155,6 +200,9 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
     if spec.get("exploitability"):
         head += " exploitability at result | mean over last quarter |"
         rule += "---|---|"
+    if spec.get("estimate"):
+        head += " exploitability estimate, last | mean over last quarter | exploiter successes | resets |"
+        rule += "---|---|---|---|"
     if spec.get("per_seat"):
         for seat, learner in spec["per_seat"].items():
             head += f" {learner} ({seat}) payoff vs {spec['opponents'][0]} | untrained |"
@@ -168,6 +216,9 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
                     f" {m['draw_rate']:.3f} | {m['legal_move_rate']:.3f} |")
         if spec.get("exploitability"):
             row += f" {r['exploitability_at_result']:.3f} | {r['exploitability_last_quarter_mean']:.3f} |"
+        if spec.get("estimate"):
+            row += (f" {r['estimate_last']:+.3f} | {r['estimate_last_quarter_mean']:+.3f} |"
+                    f" {r['exploiter_successes']:.0f} | {r['exploiter_resets']:.0f} |")
         for seat in spec.get("per_seat", {}):
             for m in (r["against"][spec["opponents"][0]], r["untrained_against"][spec["opponents"][0]]):
                 row += (f" {m[f'payoff_{seat}']:+.3f} [{m[f'payoff_{seat}_ci_low']:+.3f}, "
@@ -178,23 +229,22 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--recipes", nargs="+", default=[*RECIPES, "exploiter_check"],
-                        choices=[*RECIPES, "exploiter_check"],
-                        help="exploiter_check: benchmarks/exploiter_check.py (a learned exploiter against Kuhn "
-                             "agents beside their exact exploitability), once")
+    parser.add_argument("--recipes", nargs="+", default=[*RECIPES, *CHECKS], choices=[*RECIPES, *CHECKS],
+                        help="exploiter_check[_tictactoe]: benchmarks/exploiter_check.py (a learned exploiter "
+                             "against a league's agents beside their exact exploitability), once")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--games_per_seat", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"), type=os.path.abspath)
     parser.add_argument("--fit_flags", nargs=argparse.REMAINDER, default=[],
                         help="appended to every fit (a smoke run: --fit_flags --trainer.max_steps 4 ...)")
     args = parser.parse_args()
     sha = commit()
     everything = {"commit": sha, "results": []}
     for name in args.recipes:
-        if name == "exploiter_check":
-            subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "exploiter_check.py"), "--threads",
-                            str(args.threads), "--out", os.path.join(args.out, "exploiter_check")], check=True)
+        if name in CHECKS:
+            subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "exploiter_check.py"), *CHECKS[name],
+                            "--threads", str(args.threads), "--out", os.path.join(args.out, name)], check=True)
             continue
         results = []
         for seed in args.seeds:
@@ -203,7 +253,7 @@ def main() -> None:
             everything["results"].append(results[-1])
             with open(os.path.join(args.out, "results.json"), "w") as f:
                 json.dump(everything, f, indent=1)
-            print(f"{name} seed {seed}: {json.dumps({k: v for k, v in results[-1].items() if k != 'exploitability_curve'})}",
+            print(f"{name} seed {seed}: {json.dumps({k: v for k, v in results[-1].items() if not k.endswith('_curve')})}",
                   flush=True)
         print(table(name, RECIPES[name], results, sha), flush=True)
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from pettingzoo import AECEnv
 
+from .bargaining import BargainingEnv
 from .base import GameInfo, TextGameEnv, parse_move
 from .bots import BOTS, ChaosBot, RandomBot, make_bots
 from .connect_four import ConnectFourEnv
@@ -28,7 +29,8 @@ from .tictactoe import TicTacToeEnv
 
 GAMES: dict[str, type[TextGameEnv]] = {
     cls.game_info.name: cls
-    for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv, KuhnPoker3Env, SimpleNegotiationEnv)
+    for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv, KuhnPoker3Env, SimpleNegotiationEnv,
+                BargainingEnv)
 }
 
 ADAPTERS = {"textarena": "TextArenaEnv", "pettingzoo": "ClassicTextEnv"}

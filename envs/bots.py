@@ -10,7 +10,8 @@ import string
 
 import numpy as np
 
-from .tictactoe import PerfectBot, TacticalBot  # game-specific bots live with their game
+from .bargaining import BargainerBot  # game-specific bots live with their game
+from .tictactoe import PerfectBot, TacticalBot
 
 _PRINTABLE = string.printable
 _EXOTIC = "éßøЖж中文🙂\u200b\u00a0\t\r\x00\\\"'`{}<>"
@@ -75,7 +76,8 @@ class ChaosBot:
     __call__ = act
 
 
-BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot, "tictactoe_perfect": PerfectBot}
+BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot, "tictactoe_perfect": PerfectBot,
+        "bargainer": BargainerBot}
 """``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
 play only that game."""
 

@@ -8,7 +8,10 @@ import pytest
 from sp_lightning.arena import Arena
 from sp_lightning.batch import to_records
 from sp_lightning.credit import GRPO
-from sp_lightning.protocols.proposer_solver import PROPOSER, SOLVER, ProposerSolver, SumSolverBot
+from sp_lightning.protocols.proposer_solver import (
+    PROPOSER, SOLVER, LargestSolverBot, ProposerEpisode, ProposerSolver, SumSolverBot,
+)
+from sp_lightning.types import LEARNER
 from sp_lightning.rollout.base import SamplingSettings
 from tests.helpers import ScriptedWorker, fit_batches
 
@@ -87,6 +90,45 @@ def test_scripted_solver_passes_longer_sums_less_often():
     assert pass_rate(6) == pytest.approx(0.8 ** 5, abs=0.03)
     with pytest.raises(ValueError, match="solver_accuracy"):
         ProposerSolver(solver_accuracy=0.0)
+
+
+def test_largest_task_asks_for_the_largest_shown_token_and_its_bot_slips_alike():
+    episode = ProposerEpisode(4, 0.5, LEARNER, True, task="largest")
+    numbers = episode.question("[4]", seed=7)
+    assert len(numbers) == 5 and all(0 <= n <= 8 for n in numbers)
+    text, answer = episode.question_text(numbers)
+    assert text == f"Which is the largest: {' '.join(f'[{n}]' for n in numbers)}? Answer with it."
+    assert answer == max(numbers)
+    assert "largest of d + 1" in episode.instruction
+    bot = LargestSolverBot(accuracy=0.8, seed=0)
+    def pass_rate(k):
+        question = episode.question_text([2] * (k - 1) + [6])[0]
+        return sum(bot.act(question, []) == "[6]" for _ in range(4000)) / 4000
+    assert pass_rate(1) == 1.0
+    assert pass_rate(3) == pytest.approx(0.8 ** 2, abs=0.03)
+    assert pass_rate(6) == pytest.approx(0.8 ** 5, abs=0.03)
+    with pytest.raises(ValueError, match="data.episodes.task: expected one of"):
+        ProposerSolver(task="product")
+
+
+def test_largest_task_rewards_the_solver_that_names_the_largest():
+    """Played through the arena with scripted answers: a solver answering the largest shown token
+    scores 1, another token 0; the scripted bot solver is registered as bot:largest_solver."""
+    source = ProposerSolver(solvers=2, target=0.5, solver="learner", task="largest")
+    assert "largest_solver" in source.bots(0)
+
+    def answer(r):
+        if r.role == PROPOSER:
+            return "[2]"
+        shown = [int(n) for n in r.messages[-1]["content"].split("?")[0].replace("[", " ").replace("]", " ").split()
+                 if n.isdigit()]
+        return f"[{max(shown)}]" if r.messages[-1]["content"].count("[") == 3 else "[9]"
+
+    arena = Arena(ScriptedWorker(answer=answer, completion_ids=[2]), SamplingSettings(), bots=source.bots(0))
+    (rollout,) = arena.play([source.episode], [5])
+    assert rollout.metrics["terms"] == 3.0
+    assert [c.rewards[SOLVER] for c in rollout.children] == [1.0, 1.0]
+    assert rollout.rewards[PROPOSER] == 0.0  # every solver passed: 1 - 2|1 - 0.5|
 
 
 def _fit(tmp_path, steps, *overrides):

@@ -10,8 +10,11 @@ anything else (illegal text) is reported by the exploitability code as the legal
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from sp_lightning.evaluation.exploitability import ActionProbs
+from sp_lightning.evaluation.exploitability import ActionProbs, ExploitabilityResult, kuhn_exploitability
+from sp_lightning.evaluation.tictactoe_exploitability import tictactoe_exploitability
 from sp_lightning.prompts import PromptTemplate
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
 
@@ -33,14 +36,27 @@ def model_action_probs(worker, policy: PolicyRef, template: PromptTemplate, role
     return action_probs
 
 
+def _kuhn(action_probs: ActionProbs, env_kwargs: Mapping[str, Any]) -> ExploitabilityResult | None:
+    if env_kwargs.get("num_hands", 1) != 1:  # OpenSpiel's Kuhn Poker is one hand
+        return None
+    return kuhn_exploitability(action_probs)
+
+
+EXPLOITABILITY: dict[str, Callable[[ActionProbs, Mapping[str, Any]], ExploitabilityResult | None]] = {
+    "kuhn_poker_v1": _kuhn,  # exact, with OpenSpiel (sp_lightning.evaluation.exploitability)
+    "tictactoe_v1": tictactoe_exploitability,  # exact best response by expectimax over the boards
+}
+"""Game name -> exploitability of a policy (an ``ActionProbs``) in that game, given the game's
+``env_kwargs`` (the texts the policy is scored on are the ones the env shows with them), or
+None where those settings make a game the computation does not cover."""
+
+
 def policy_exploitability(worker, game, policy: PolicyRef = LEARNER):
     """The exploitability of ``policy`` in ``game`` (a GameSettings), or None when the game has no
-    exploitability computation (see ``sp_lightning.evaluation.exploitability.EXPLOITABILITY``)."""
-    from sp_lightning.evaluation.exploitability import EXPLOITABILITY
-
-    if game.name not in EXPLOITABILITY or game.env_kwargs.get("num_hands", 1) != 1:
+    exploitability computation (see ``EXPLOITABILITY``)."""
+    if game.name not in EXPLOITABILITY:
         return None
-    return EXPLOITABILITY[game.name](model_action_probs(worker, policy, game.prompt_template))
+    return EXPLOITABILITY[game.name](model_action_probs(worker, policy, game.prompt_template), game.env_kwargs)
 
 
 def exploitability_metrics(worker, game, prefix: str, policy: PolicyRef = LEARNER):

@@ -424,7 +424,7 @@ class LeagueCallback(L.Callback):
                    "league/exploitability/learner_legal_mass": learner.legal_mass_mean}
         members = [model_action_probs(engine.worker, PolicyRef(PolicyKind.CHECKPOINT, a.id), game.prompt_template)
                    for a in self.registry.agents(type="checkpoint")]
-        if members:
+        if members and game.name == "kuhn_poker_v1":  # the mixture's computation is Kuhn Poker's
             metrics["league/exploitability/mixture"] = mixture_exploitability(members).exploitability
         return metrics
 
