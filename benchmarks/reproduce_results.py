@@ -87,18 +87,24 @@ RECIPES = {
         "estimate": "league/exploitability_estimate",
         "bars": "none (what the estimate reads)",
     },
+    # ... and on Tic-Tac-Toe, with the main agent's exact exploitability (an expectimax best
+    # response) logged beside the estimate every 50 steps
     "tictactoe_league_tiny_exploiters": {
         "config": "configs/tictactoe_league_tiny.yaml",
         "overlays": ["configs/overlays/exploiters.yaml"],
+        "fit_flags": ["--data.league.exploitability_every", "50"],
         "opponents": ["bot:random", "bot:tictactoe_perfect"],
         "game": "tictactoe_v1",
         "estimate": "league/exploitability_estimate",
+        "exact": "league/exploitability/learner",
         "bars": "none (what the estimate reads)",
     },
 }
-CHECKS = {  # --recipes names that run a benchmark of their own, once
-    "exploiter_check": ["--game", "kuhn_poker"],
-    "exploiter_check_tictactoe": ["--game", "tictactoe"],
+CHECKS = {  # --recipes names that run a benchmark of their own, once: (script, its flags, takes --out)
+    "exploiter_check": ("exploiter_check.py", ["--game", "kuhn_poker"], True),
+    "exploiter_check_tictactoe": ("exploiter_check.py", ["--game", "tictactoe"], True),
+    "proposer_solver_check": ("proposer_solver_check.py", [], True),  # seeds 0 1 2
+    "bargaining_reference": ("bargaining_reference.py", [], False),
 }
 
 
@@ -180,6 +186,12 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
         result["estimate_curve"] = curve
         result["estimate_last"] = curve[-1][1]
         result["estimate_last_quarter_mean"] = sum(quarter) / len(quarter)
+        if spec.get("exact"):
+            exact = scalars(os.path.join(work, "runs"), spec["exact"])
+            result["exact_curve"] = exact
+            result["exact_last"] = exact[-1][1]
+            tail = [v for step, v in exact if step >= 0.75 * last_step]
+            result["exact_last_quarter_mean"] = sum(tail) / len(tail)
         for tag in ("successes", "resets"):
             points = scalars(os.path.join(work, "runs"), f"league/exploiter/main/{tag}")
             result[f"exploiter_{tag}"] = points[-1][1] if points else 0
@@ -203,6 +215,9 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
     if spec.get("estimate"):
         head += " exploitability estimate, last | mean over last quarter | exploiter successes | resets |"
         rule += "---|---|---|---|"
+    if spec.get("exact"):
+        head += " exact exploitability, last | mean over last quarter |"
+        rule += "---|---|"
     if spec.get("per_seat"):
         for seat, learner in spec["per_seat"].items():
             head += f" {learner} ({seat}) payoff vs {spec['opponents'][0]} | untrained |"
@@ -219,6 +234,8 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
         if spec.get("estimate"):
             row += (f" {r['estimate_last']:+.3f} | {r['estimate_last_quarter_mean']:+.3f} |"
                     f" {r['exploiter_successes']:.0f} | {r['exploiter_resets']:.0f} |")
+        if spec.get("exact"):
+            row += f" {r['exact_last']:.3f} | {r['exact_last_quarter_mean']:.3f} |"
         for seat in spec.get("per_seat", {}):
             for m in (r["against"][spec["opponents"][0]], r["untrained_against"][spec["opponents"][0]]):
                 row += (f" {m[f'payoff_{seat}']:+.3f} [{m[f'payoff_{seat}_ci_low']:+.3f}, "
@@ -230,8 +247,9 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--recipes", nargs="+", default=[*RECIPES, *CHECKS], choices=[*RECIPES, *CHECKS],
-                        help="exploiter_check[_tictactoe]: benchmarks/exploiter_check.py (a learned exploiter "
-                             "against a league's agents beside their exact exploitability), once")
+                        help="besides the recipes: exploiter_check[_tictactoe] (benchmarks/exploiter_check.py: a "
+                             "learned exploiter against a league's agents beside their exact exploitability), "
+                             "proposer_solver_check, bargaining_reference; each once")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--games_per_seat", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=2)
@@ -243,8 +261,10 @@ def main() -> None:
     everything = {"commit": sha, "results": []}
     for name in args.recipes:
         if name in CHECKS:
-            subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "exploiter_check.py"), *CHECKS[name],
-                            "--threads", str(args.threads), "--out", os.path.join(args.out, name)], check=True)
+            script, flags, takes_out = CHECKS[name]
+            if takes_out:
+                flags = [*flags, "--threads", str(args.threads), "--out", os.path.join(args.out, name)]
+            subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), *flags], check=True)
             continue
         results = []
         for seed in args.seeds:
