@@ -89,11 +89,12 @@ class ExploiterSettings:
     league's members as the main agent's matchmaking picks them. An exploiter whose moving win
     rate against its opponents reaches ``success_win_rate`` (after ``min_games`` games since it
     was last reset) has found a weakness: a snapshot of it joins the league as a checkpoint that
-    the main agent then plays, and it is reset to a fresh adapter; so is one that has not
-    succeeded within ``reset_every`` steps. The main exploiter's moving payoff against the main
-    agent is ``league/exploitability_estimate``: a learned best response's payoff, an estimate of
-    the main agent's exploitability for any game (checked against the exact value on Kuhn Poker
-    by ``benchmarks/exploiter_check.py``)."""
+    the main agent then plays, and it is reset (``reset_to``: a fresh adapter, or a copy of the
+    main agent's); so is one that has not succeeded within ``reset_every`` steps. The main
+    exploiter's moving payoff against the main agent is ``league/exploitability_estimate``: a
+    learned best response's payoff, a lower bound on the main agent's exploitability for any game
+    (checked against the exact value on Kuhn Poker and Tic-Tac-Toe by
+    ``benchmarks/exploiter_check.py``)."""
 
     main: str | None = None
     """The main exploiter: a learner's name in model.learners (null: none)."""
