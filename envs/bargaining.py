@@ -29,8 +29,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import numpy as np
-
 from .base import GameInfo, TextGameEnv
 
 PRICES = tuple(f"[{p}]" for p in range(9))
@@ -171,13 +169,13 @@ class BargainerBot:
     another game's observation it raises ValueError."""
 
     def __init__(self, seed: int | None = None) -> None:
-        self.rng = np.random.default_rng(seed)  # unused: the bot is deterministic; kept for the bot contract
+        del seed  # bots are built with a seed; this one is deterministic
 
     def act(self, observation: str, legal_actions: list[str]) -> str:
         if not legal_actions:
             raise ValueError("BargainerBot.act needs at least one legal action, got an empty list")
         seat, limit, history, standing = _read(observation)
-        mine = sum(1 for i, _ in enumerate(history) if i % 2 == seat and history[i] in PRICES)
+        mine = sum(move in PRICES for move in history[seat::2])  # its own offers so far
         if standing is not None:
             gain = standing - limit if seat == 0 else limit - standing
             if gain >= 1 or (REJECT in legal_actions and gain >= 0):

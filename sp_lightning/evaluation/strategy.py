@@ -13,7 +13,9 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sp_lightning.evaluation.exploitability import ActionProbs, ExploitabilityResult, kuhn_exploitability
+from sp_lightning.evaluation.exploitability import (
+    ActionProbs, ExploitabilityResult, kuhn_exploitability, mixture_exploitability,
+)
 from sp_lightning.evaluation.tictactoe_exploitability import tictactoe_exploitability
 from sp_lightning.prompts import PromptTemplate
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
@@ -49,6 +51,12 @@ EXPLOITABILITY: dict[str, Callable[[ActionProbs, Mapping[str, Any]], Exploitabil
 """Game name -> exploitability of a policy (an ``ActionProbs``) in that game, given the game's
 ``env_kwargs`` (the texts the policy is scored on are the ones the env shows with them), or
 None where those settings make a game the computation does not cover."""
+
+MIXTURE_EXPLOITABILITY: dict[str, Callable[[list[ActionProbs]], ExploitabilityResult]] = {
+    "kuhn_poker_v1": mixture_exploitability,
+}
+"""Game name -> exploitability of a league (members drawn uniformly, each followed through a game),
+for the games that have it."""
 
 
 def policy_exploitability(worker, game, policy: PolicyRef = LEARNER):

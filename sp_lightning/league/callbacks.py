@@ -411,8 +411,7 @@ class LeagueCallback(L.Callback):
 
     # ---- exploitability -----------------------------------------------------------------------
     def _exploitability(self, trainer) -> dict[str, float]:
-        from sp_lightning.evaluation.exploitability import mixture_exploitability
-        from sp_lightning.evaluation.strategy import model_action_probs, policy_exploitability
+        from sp_lightning.evaluation.strategy import MIXTURE_EXPLOITABILITY, model_action_probs, policy_exploitability
         from sp_lightning.types import PolicyKind, PolicyRef
 
         engine = engine_of(trainer)
@@ -424,8 +423,8 @@ class LeagueCallback(L.Callback):
                    "league/exploitability/learner_legal_mass": learner.legal_mass_mean}
         members = [model_action_probs(engine.worker, PolicyRef(PolicyKind.CHECKPOINT, a.id), game.prompt_template)
                    for a in self.registry.agents(type="checkpoint")]
-        if members and game.name == "kuhn_poker_v1":  # the mixture's computation is Kuhn Poker's
-            metrics["league/exploitability/mixture"] = mixture_exploitability(members).exploitability
+        if members and game.name in MIXTURE_EXPLOITABILITY:
+            metrics["league/exploitability/mixture"] = MIXTURE_EXPLOITABILITY[game.name](members).exploitability
         return metrics
 
     # ---- events -------------------------------------------------------------------------------

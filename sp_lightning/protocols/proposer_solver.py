@@ -48,17 +48,29 @@ def check_accuracy(accuracy: float) -> float:
     return accuracy
 
 
-class SumSolverBot:
-    """A scripted solver of "What is a + b + ...?": adds the numbers left to right and slips
-    (counts one too many) on each addition with probability ``1 - accuracy``; slips add up and
-    never cancel, so it passes a sum of ``k`` numbers with probability ``accuracy ** (k - 1)``. Registered for the run as ``bot:sum_solver``."""
+class _SlippingSolver:
+    """A scripted solver that gets each step of a question (an addition, a comparison) right with
+    probability ``accuracy``: the numbers it reads are those before the question mark."""
 
     def __init__(self, accuracy: float = 0.85, seed: int | None = None):
         self.accuracy = check_accuracy(accuracy)
         self.rng = np.random.default_rng(seed)
 
+    @staticmethod
+    def numbers(observation: str) -> list[int]:
+        return [int(n) for n in _INTEGER.findall(observation.split("?")[0])]
+
+    def __call__(self, observation: str, legal_actions: list[str]) -> str:
+        return self.act(observation, legal_actions)
+
+
+class SumSolverBot(_SlippingSolver):
+    """A scripted solver of "What is a + b + ...?": adds the numbers left to right and slips
+    (counts one too many) on each addition with probability ``1 - accuracy``; slips add up and
+    never cancel, so it passes a sum of ``k`` numbers with probability ``accuracy ** (k - 1)``. Registered for the run as ``bot:sum_solver``."""
+
     def act(self, observation: str, legal_actions: list[str]) -> str:
-        numbers = [int(n) for n in _INTEGER.findall(observation.split("?")[0])]
+        numbers = self.numbers(observation)
         if not numbers:
             return "I cannot read a sum here."
         total = numbers[0]
@@ -66,27 +78,19 @@ class SumSolverBot:
             total += n + (0 if self.rng.random() < self.accuracy else 1)  # a slip: one too many, never undone
         return str(total)
 
-    __call__ = act
 
-
-class LargestSolverBot:
+class LargestSolverBot(_SlippingSolver):
     """A scripted solver of "Which is the largest: [a] [b] ...?": passes a question of ``k``
     numbers with probability ``accuracy ** (k - 1)`` (each comparison right with probability
     ``accuracy``, as :class:`SumSolverBot`'s additions); after a slip it answers one too many.
     Registered for the run as ``bot:largest_solver``."""
 
-    def __init__(self, accuracy: float = 0.85, seed: int | None = None):
-        self.accuracy = check_accuracy(accuracy)
-        self.rng = np.random.default_rng(seed)
-
     def act(self, observation: str, legal_actions: list[str]) -> str:
-        numbers = [int(n) for n in _INTEGER.findall(observation.split("?")[0])]
+        numbers = self.numbers(observation)
         if not numbers:
             return "I cannot read a question here."
         right = all(self.rng.random() < self.accuracy for _ in numbers[1:])
         return f"[{max(numbers) + (0 if right else 1)}]"
-
-    __call__ = act
 
 
 TASKS = ("sum", "largest")
