@@ -809,11 +809,13 @@ class SelfPlayModule(L.LightningModule):
             for p in params:
                 optimizer.state.pop(p, None)
 
-    @torch.no_grad()
-    def _copy_adapter(self, source: str, target: str) -> None:
-        """``target``'s adapter weights set to ``source``'s (same LoRA shape required)."""
+    def adapter_twins(self, source: str, target: str) -> list[tuple[torch.nn.Parameter, torch.nn.Parameter]]:
+        """Each weight of learner ``target``'s adapter paired with ``source``'s same weight; raises
+        when the two adapters differ in shape (what ``reset_to: main`` needs; the league checks it
+        when training starts)."""
         mine, theirs = f".{adapter_of(target)}.", f".{adapter_of(source)}."
         params = dict(self.model.named_parameters())
+        pairs = []
         for name, param in params.items():
             if mine not in name + ".":
                 continue
@@ -821,7 +823,14 @@ class SelfPlayModule(L.LightningModule):
             if twin not in params or params[twin].shape != param.shape:
                 raise ValueError(f"data.league.exploiters.reset_to: main needs learner {target!r}'s adapter shaped "
                                  f"as {source!r}'s (model.learners.<name>.lora); {name} has no twin")
-            param.copy_(params[twin])
+            pairs.append((param, params[twin]))
+        return pairs
+
+    @torch.no_grad()
+    def _copy_adapter(self, source: str, target: str) -> None:
+        """``target``'s adapter weights set to ``source``'s (same LoRA shape required)."""
+        for param, twin in self.adapter_twins(source, target):
+            param.copy_(twin)
 
     def save_adapter(self, path: str | os.PathLike[str], learner: str = "") -> None:
         """The trained adapter (or the whole model without LoRA) and the tokenizer, with

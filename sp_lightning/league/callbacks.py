@@ -89,6 +89,9 @@ class LeagueCallback(L.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         self.lead = trainer.global_rank == 0
         self.main = engine_of(trainer).learners.every_role or ""
+        if self.exploiters is not None and self.exploiters.settings.reset_to == "main":
+            for name in self.exploiters.kinds:  # a shape mismatch now, not at the first reset
+                pl_module.adapter_twins(self.main, name)
         if self.lead:
             self._open_league(trainer)
             state = self.registry.read()

@@ -109,7 +109,7 @@ class ExploiterSettings:
     window: int = 200
     """The games the moving win rate and payoff span (an exponential average over about this many)."""
     reset_every: int = 200
-    """Steps after which an exploiter that has not succeeded is reset to a fresh adapter; 0: never."""
+    """Steps after which an exploiter that has not succeeded is reset (see ``reset_to``); 0: never."""
     reset_to: str = "base"
     """What an exploiter starts over from: "base" (a fresh adapter: the base model's play) or
     "main" (a copy of the main agent's current adapter, as AlphaStar resets its exploiters to the
