@@ -99,6 +99,24 @@ RECIPES = {
         "exact": "league/exploitability/learner",
         "bars": "none (what the estimate reads)",
     },
+    # the exact best response to the learner joins the league every 50 steps
+    # (configs/overlays/best_responses.yaml); the exact exploitability is logged at the same steps
+    "kuhn_poker_league_tiny_best_responses": {
+        "config": "configs/kuhn_poker_league_tiny.yaml",
+        "overlays": ["configs/overlays/best_responses.yaml"],
+        "opponents": ["bot:random"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "bars": "exploitability <= 0.05 at the result checkpoint and <= 0.08 averaged over the last quarter",
+    },
+    "tictactoe_league_tiny_best_responses": {
+        "config": "configs/tictactoe_league_tiny.yaml",
+        "overlays": ["configs/overlays/best_responses.yaml"],
+        "opponents": ["bot:random", "bot:tictactoe_perfect"],
+        "game": "tictactoe_v1",
+        "exact": "league/exploitability/learner",
+        "bars": ">= 0.85 wins vs bot:random; >= 60% draws vs the perfect player",
+    },
 }
 CHECKS = {  # --recipes names that run a benchmark of their own, once: (script, its flags, takes --out)
     "exploiter_check": ("exploiter_check.py", ["--game", "kuhn_poker"], True),
@@ -159,7 +177,8 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
     for label, checkpoint in checkpoints.items():
         for opponent in spec["opponents"]:
             path = os.path.join(work, f"eval-{label}{opponent.replace(':', '_')}.json")
-            flags = ["--exploitability", "true"] if spec.get("exploitability") and opponent == spec["opponents"][0] else []
+            exact = spec.get("exploitability") or spec.get("exact")
+            flags = ["--exploitability", "true"] if exact and opponent == spec["opponents"][0] else []
             flags += ["--checkpoint", checkpoint] if checkpoint else []
             subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
                             "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path,
@@ -186,15 +205,17 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
         result["estimate_curve"] = curve
         result["estimate_last"] = curve[-1][1]
         result["estimate_last_quarter_mean"] = sum(quarter) / len(quarter)
-        if spec.get("exact"):
-            exact = scalars(os.path.join(work, "runs"), spec["exact"])
-            result["exact_curve"] = exact
-            result["exact_last"] = exact[-1][1]
-            tail = [v for step, v in exact if step >= 0.75 * last_step]
-            result["exact_last_quarter_mean"] = sum(tail) / len(tail)
         for tag in ("successes", "resets"):
             points = scalars(os.path.join(work, "runs"), f"league/exploiter/main/{tag}")
             result[f"exploiter_{tag}"] = points[-1][1] if points else 0
+    if spec.get("exact"):  # the league's exact readings of the learner during the run
+        exact = scalars(os.path.join(work, "runs"), spec["exact"])
+        last_step = max(step for step, _ in exact)
+        tail = [v for step, v in exact if step >= 0.75 * last_step]
+        result["exact_curve"] = exact
+        result["exact_last"] = exact[-1][1]
+        result["exact_last_quarter_mean"] = sum(tail) / len(tail)
+        result["exact_at_result"] = result["against"][spec["opponents"][0]]["exploitability"]
     return result
 
 
@@ -216,8 +237,8 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
         head += " exploitability estimate, last | mean over last quarter | exploiter successes | resets |"
         rule += "---|---|---|---|"
     if spec.get("exact"):
-        head += " exact exploitability, last | mean over last quarter |"
-        rule += "---|---|"
+        head += " exact exploitability at result | last | mean over last quarter |"
+        rule += "---|---|---|"
     if spec.get("per_seat"):
         for seat, learner in spec["per_seat"].items():
             head += f" {learner} ({seat}) payoff vs {spec['opponents'][0]} | untrained |"
@@ -235,7 +256,7 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
             row += (f" {r['estimate_last']:+.3f} | {r['estimate_last_quarter_mean']:+.3f} |"
                     f" {r['exploiter_successes']:.0f} | {r['exploiter_resets']:.0f} |")
         if spec.get("exact"):
-            row += f" {r['exact_last']:.3f} | {r['exact_last_quarter_mean']:.3f} |"
+            row += f" {r['exact_at_result']:.3f} | {r['exact_last']:.3f} | {r['exact_last_quarter_mean']:.3f} |"
         for seat in spec.get("per_seat", {}):
             for m in (r["against"][spec["opponents"][0]], r["untrained_against"][spec["opponents"][0]]):
                 row += (f" {m[f'payoff_{seat}']:+.3f} [{m[f'payoff_{seat}_ci_low']:+.3f}, "

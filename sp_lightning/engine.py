@@ -240,6 +240,7 @@ class Engine:
             remotes=settings.remote_models, credit=settings.credit, episodes_per_batch=settings.episodes_per_batch,
             seed=settings.seed, source=settings.source, episode_log=episode_log, learners=learners,
         )
+        self.pending_bot_rngs: dict[str, Any] = {}  # saved streams of bots that join later (add_bot)
         self.learners = learners if learners is not None else Learners()
 
     # ---- batches ----------------------------------------------------------------------------
@@ -329,6 +330,16 @@ class Engine:
             return
         self.arena.on_shutdown()
 
+    def add_bot(self, name: str, bot: Any) -> None:
+        """A scripted player that joins during the run, seated as ``bot:<name>`` from the next
+        game on (a league's best response). On resume its random stream continues from the
+        checkpoint's, as the bots built at the start do."""
+        if name in self.arena.bots:
+            raise ValueError(f"a bot named {name!r} is already registered")
+        if name in self.pending_bot_rngs:
+            rng_streams.set_object_state(bot, self.pending_bot_rngs.pop(name))
+        self.arena.bots[name] = bot
+
     # ---- state ------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """The schedule, the opponent sampler's and the source's statistics, credit baselines,
@@ -349,6 +360,8 @@ class Engine:
         for name, bot_state in state.get("bot_rngs", {}).items():
             if name in self.arena.bots:
                 rng_streams.set_object_state(self.arena.bots[name], bot_state)
+            else:  # a bot that joins during the run (a league's best response): restored by add_bot
+                self.pending_bot_rngs[name] = bot_state
         if "arena" in state:
             self.arena.load_state_dict(state["arena"])
 

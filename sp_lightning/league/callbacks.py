@@ -48,7 +48,9 @@ from typing import Any
 import lightning as L
 
 from sp_lightning import distributed
+from sp_lightning import rng as rng_streams
 from sp_lightning.engine import engine_of
+from sp_lightning.league import best_responses
 from sp_lightning.league.exploiters import ExploiterTracker
 from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry, LeagueState
@@ -70,6 +72,7 @@ class LeagueCallback(L.Callback):
         self.evaluator = settings.evaluator
         self.baselines = list(DEFAULT_BASELINES if settings.baselines is None else settings.baselines)
         self.exploitability_every = settings.exploitability_every
+        self.best_response_every = settings.best_response_every
         self.pooler = MatchPooler(settings.games_per_match)
         self.sampler = sampler
         self._warned_adapter_cap = False
@@ -92,10 +95,17 @@ class LeagueCallback(L.Callback):
         if self.exploiters is not None and self.exploiters.settings.reset_to == "main":
             for name in self.exploiters.kinds:  # a shape mismatch now, not at the first reset
                 pl_module.adapter_twins(self.main, name)
+        if self.best_response_every:
+            game = engine_of(trainer).games[0].name
+            if game not in best_responses.OBSERVATION_KEYS:
+                raise ValueError(f"data.league.best_response_every: the game {game!r} has no exact best response; "
+                                 f"expected one of {sorted(best_responses.OBSERVATION_KEYS)}, or 0")
         if self.lead:
             self._open_league(trainer)
             state = self.registry.read()
-            news = {"agents": _agents_of(state), "adapters": self._adapter_files(state)}
+            news = {"agents": _agents_of(state), "adapters": self._adapter_files(state),
+                    "best_responses": {a.id: best_responses.load_table(best_responses.table_path(self.dir, a.id))
+                                       for a in state.agents.values() if a.type == best_responses.AGENT_TYPE}}
         else:
             news = None
         news = distributed.broadcast(news)
@@ -103,6 +113,7 @@ class LeagueCallback(L.Callback):
         state = _state_of(news)
         for agent in (a for a in state.agents.values() if a.type == "checkpoint"):
             worker.register_adapter(agent.id, self._own_copy(agent, news["adapters"]))
+        self._seat_best_responses(trainer, news["best_responses"])
         self._refresh(state=state)
 
     def _open_league(self, trainer) -> None:
@@ -184,6 +195,7 @@ class LeagueCallback(L.Callback):
             pl_module.reset_learner(name, seed, copy_from=copy_from)
         if news.get("resets"):
             engine_of(trainer).worker.publish_weights()  # the next batch plays the fresh adapter
+        self._seat_best_responses(trainer, news.get("best_responses", {}))
         metrics = dict(news["metrics"])
         metrics.update(self._refresh(step, _state_of(news)))
         pl_module.log_dict(metrics, batch_size=1)
@@ -213,12 +225,18 @@ class LeagueCallback(L.Callback):
         metrics.update(evaluated)
         if self.evaluator.every and step % self.evaluator.every == 0 and self.process is None:
             self._start_evaluator(trainer, pl_module, step)
-        if self.exploitability_every and step % self.exploitability_every == 0:
-            metrics.update(self._exploitability(trainer))
-        if promoted or pruned or evaluated:
+        tables = {}
+        log_exploitability = self.exploitability_every and step % self.exploitability_every == 0
+        add_best_response = self.best_response_every and step % self.best_response_every == 0
+        if log_exploitability or add_best_response:
+            learner = self._learner_exploitability(trainer)
+            metrics.update(self._exploitability_metrics(trainer, learner))
+            if add_best_response and learner is not None and learner.best_response is not None:
+                tables = self._add_best_response(trainer, step, learner)
+        if promoted or pruned or evaluated or tables:
             state = self.registry.read()
         return {"agents": _agents_of(state), "promoted": promoted, "pruned": pruned, "metrics": metrics,
-                "resets": resets}
+                "resets": resets, "best_responses": tables}
 
     def _follow(self, trainer, pl_module, news: dict[str, Any]) -> None:
         """A follower's part of a step: its own copy of each promoted adapter (the same weights
@@ -413,15 +431,21 @@ class LeagueCallback(L.Callback):
             self.copies = None
 
     # ---- exploitability -----------------------------------------------------------------------
-    def _exploitability(self, trainer) -> dict[str, float]:
-        from sp_lightning.evaluation.strategy import MIXTURE_EXPLOITABILITY, model_action_probs, policy_exploitability
-        from sp_lightning.types import PolicyKind, PolicyRef
+    def _learner_exploitability(self, trainer):
+        """The learner's exact exploitability (with its best response), None for a game without."""
+        from sp_lightning.evaluation.strategy import policy_exploitability
 
         engine = engine_of(trainer)
-        game = engine.games[0]
-        learner = policy_exploitability(engine.worker, game, engine.learners.whole())
+        return policy_exploitability(engine.worker, engine.games[0], engine.learners.whole())
+
+    def _exploitability_metrics(self, trainer, learner) -> dict[str, float]:
+        from sp_lightning.evaluation.strategy import MIXTURE_EXPLOITABILITY, model_action_probs
+        from sp_lightning.types import PolicyKind, PolicyRef
+
         if learner is None:
             return {}
+        engine = engine_of(trainer)
+        game = engine.games[0]
         metrics = {"league/exploitability/learner": learner.exploitability,
                    "league/exploitability/learner_legal_mass": learner.legal_mass_mean}
         members = [model_action_probs(engine.worker, PolicyRef(PolicyKind.CHECKPOINT, a.id), game.prompt_template)
@@ -429,6 +453,31 @@ class LeagueCallback(L.Callback):
         if members and game.name in MIXTURE_EXPLOITABILITY:
             metrics["league/exploitability/mixture"] = MIXTURE_EXPLOITABILITY[game.name](members).exploitability
         return metrics
+
+    # ---- best responses -----------------------------------------------------------------------
+    def _add_best_response(self, trainer, step: int, learner) -> dict[str, dict]:
+        """The exact best response to the learner joins the league (its table on disk, an agent
+        of type best_response rated from the learner's rating); returns it for every rank."""
+        game = engine_of(trainer).games[0].name
+        agent = best_responses.agent_id(step)
+        best_responses.save_table(best_responses.table_path(self.dir, agent), game, learner.best_response,
+                                  step, learner.exploitability)
+        record = self.registry.read().agents[LEARNER_ID]
+        self.registry.add_agent(AgentRecord(
+            id=agent, type=best_responses.AGENT_TYPE, policy=f"bot:{agent}", step=step, tags=["best_response"],
+            mu=record.mu, sigma=record.sigma, elo=record.elo, stats={"exploitability": learner.exploitability},
+        ), exist_ok=True)
+        self._event(trainer, f"step {step}: {agent}, the best response to the learner "
+                             f"(exploitability {learner.exploitability:.3f}), joins the league")
+        return {agent: best_responses.load_table(best_responses.table_path(self.dir, agent))}
+
+    def _seat_best_responses(self, trainer, tables: dict[str, dict]) -> None:
+        """Every rank: each new best response becomes a bot its games can seat (``bot:<id>``)."""
+        engine = engine_of(trainer)
+        for agent, table in tables.items():
+            if agent not in engine.arena.bots:
+                seed = rng_streams.rank_seed(None if engine.seed is None else engine.seed + table["step"], engine.rank)
+                engine.add_bot(agent, best_responses.BestResponseBot(table["game"], table["moves"], seed=seed))
 
     # ---- events -------------------------------------------------------------------------------
     def _event(self, trainer, text: str) -> None:

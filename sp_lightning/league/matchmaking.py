@@ -21,7 +21,9 @@ Modes (``MatchmakingSettings.mode``):
   f_var(x) = x(1 - x) to focus on even games) and ``baseline`` (scripted bots and the base
   model, uniform: baselines are fixed anchors for measuring progress, and weighting them by
   f_hard would stop playing them once beaten, which is exactly when their win rate is a cheap
-  regression alarm).
+  regression alarm) and ``best_response`` (the exact best responses to the learner's past selves
+  that ``data.league.best_response_every`` adds, weighted by f like ``exploitable``; empty, so
+  sharing nothing, in a league without them).
 - ``"fixed"``: the listed ``fixed_opponents`` (uniform, or by ``fixed_weights``); bucket ``fixed``.
 - ``"mirror"``: always the learner; bucket ``mirror``.
 - ``"lagged"``: uniform over checkpoints with step in ``[learner.step - lag_max, learner.step -
@@ -46,7 +48,7 @@ what was missing.
 
 Candidates of kind ``"fixed"`` (agents entered by hand, e.g. an external model) are played by
 ``"fixed"`` (when listed), ``"random"``, ``"match_quality"`` and ``"ts_dist"``; PFSP's buckets
-hold only checkpoints and baselines.
+hold only checkpoints, baselines and best responses.
 """
 
 from __future__ import annotations
@@ -62,16 +64,17 @@ from sp_lightning.types import LEARNER_ID
 MIRROR_ID = LEARNER_ID
 """The id that stands for the learner itself in entries and picks: its one name."""
 
-KINDS = ("baseline", "checkpoint", "fixed")
+KINDS = ("baseline", "checkpoint", "fixed", "best_response")
 MODES = ("pfsp", "fixed", "mirror", "lagged", "random", "match_quality", "ts_dist")
 
 MIRROR = "mirror"
 PEER = "peer"
 EXPLOITABLE = "exploitable"
 BASELINE = "baseline"
-PFSP_BUCKETS = (MIRROR, PEER, EXPLOITABLE, BASELINE)
+BEST_RESPONSE = "best_response"
+PFSP_BUCKETS = (MIRROR, PEER, EXPLOITABLE, BASELINE, BEST_RESPONSE)
 BUCKETS = (*PFSP_BUCKETS, "fixed", "lagged", "random", "match_quality", "ts_dist")
-"""Every bucket an entry can carry: the four of pfsp, then one per other mode (its name)."""
+"""Every bucket an entry can carry: the five of pfsp, then one per other mode (its name)."""
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ class Candidate:
     id: str
     """League agent id, e.g. "random_bot", "base_model", "ckpt-000120"."""
     kind: str
-    """baseline | checkpoint | fixed."""
+    """baseline | checkpoint | fixed | best_response."""
     step: int | None = None
     """Training step at which a checkpoint was saved (lagged mode needs it)."""
     elo: float = 1000.0
@@ -139,7 +142,7 @@ class Pick(NamedTuple):
 
 
 def _default_bucket_weights() -> dict[str, float]:
-    return {MIRROR: 0.30, PEER: 0.40, EXPLOITABLE: 0.20, BASELINE: 0.10}
+    return {MIRROR: 0.30, PEER: 0.40, EXPLOITABLE: 0.20, BASELINE: 0.10, BEST_RESPONSE: 0.20}
 
 
 @dataclass
@@ -149,8 +152,9 @@ class MatchmakingSettings:
     mode: str = "pfsp"
     """pfsp | fixed | mirror | lagged | random | match_quality | ts_dist."""
     bucket_weights: dict[str, float] = field(default_factory=_default_bucket_weights)
-    """pfsp: share of games per opponent type (mirror, peer, exploitable, baseline); a missing
-    type gets 0; normalised to sum to 1."""
+    """pfsp: share of games per opponent type (mirror, peer, exploitable, baseline,
+    best_response); a missing type gets 0; normalised to sum to 1 over the types the league has
+    members of (best_response only once ``data.league.best_response_every`` has added one)."""
     peer_elo_window: float = 100.0
     """pfsp: checkpoints within this many Elo of the learner are its peers."""
     pfsp_weighting: str = "hard"
@@ -258,6 +262,7 @@ def _peers(learner: LearnerInfo, checkpoints: list[Candidate], window: float) ->
 def _pfsp(learner: LearnerInfo, candidates: list[Candidate], settings: MatchmakingSettings) -> list[Entry]:
     checkpoints = [c for c in candidates if c.kind == "checkpoint"]
     baselines = [c for c in candidates if c.kind == "baseline"]
+    best_responses = [c for c in candidates if c.kind == BEST_RESPONSE]
 
     def coverage_factor(c: Candidate) -> float:
         return 1.0 + settings.coverage_weight * c.coverage if c.coverage is not None else 1.0
@@ -273,6 +278,10 @@ def _pfsp(learner: LearnerInfo, candidates: list[Candidate], settings: Matchmaki
             [(pfsp(c.win_prob) + settings.pfsp_floor) * coverage_factor(c) for c in checkpoints],
         ),
         BASELINE: ([c.id for c in baselines], [1.0] * len(baselines)),
+        # the exact best responses to the learner's past selves, weighted like the exploitable
+        # bucket: most games against those it still loses to
+        BEST_RESPONSE: ([c.id for c in best_responses],
+                        [pfsp(c.win_prob) + settings.pfsp_floor for c in best_responses]),
     }
     # an empty bucket's share goes to the others, in proportion to their weights
     shares = {b: settings.bucket_weights.get(b, 0.0) for b, (ids, _) in buckets.items() if ids}

@@ -51,7 +51,7 @@ from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files
 from .ratings import TrueSkillRatings, elo_update, ranks_from_scores
 
 SCHEMA_VERSION = 1
-AGENT_TYPES = ("baseline", "checkpoint", "fixed", "learner")
+AGENT_TYPES = ("baseline", "checkpoint", "fixed", "learner", "best_response")
 DEFAULT_ELO = 1000.0
 log = logging.getLogger(__name__)
 

@@ -163,7 +163,8 @@ class LeagueSampler(OpponentSampler):
             self.pending.append((ids, scores))
 
     def _bucket_of(self, agent_id: str) -> str:
-        return "baseline" if self.kinds.get(agent_id) == "baseline" else "checkpoint"
+        kind = self.kinds.get(agent_id)
+        return kind if kind in ("baseline", "best_response") else "checkpoint"
 
     def drain(self) -> tuple[list, list[str], list[tuple[str, float]], list[tuple[str, float]]]:
         """This batch's match results, opponent buckets, (opponent type, learner payoff) pairs and

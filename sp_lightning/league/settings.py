@@ -169,6 +169,12 @@ class LeagueSettings:
     exploitability_every: int = 0
     """Log the learner's and the league mixture's exploitability every this many steps, for
     games that have it (Kuhn Poker); 0 disables it."""
+    best_response_every: int = 0
+    """Every this many steps the exact best response to the learner joins the league as an
+    opponent (type and PFSP bucket ``best_response``, played as ``bot:br-<step>``; tables in
+    ``<dir>/best_responses/``), for games whose exploitability is exact (Kuhn Poker, Tic-Tac-Toe:
+    see ``sp_lightning.league.best_responses``); 0 disables it. Give the bucket a share in
+    ``matchmaking.bucket_weights`` (default 0.2) and the learner plays them."""
     games_per_match: int = 1
     """Games of the same agents pooled into one rated match, scored by total payoff. 1 rates
     every game, right for win/draw/loss games; poker needs blocks of hands so that ratings follow
@@ -190,5 +196,7 @@ class LeagueSettings:
             raise ValueError(f"data.league.win_rate_decay: expected in [0, 1), got {self.win_rate_decay}")
         if self.exploitability_every < 0:
             raise ValueError(f"data.league.exploitability_every: expected >= 0, got {self.exploitability_every}")
+        if self.best_response_every < 0:
+            raise ValueError(f"data.league.best_response_every: expected >= 0, got {self.best_response_every}")
         if self.games_per_match < 1:
             raise ValueError(f"data.league.games_per_match: expected >= 1, got {self.games_per_match}")
