@@ -199,7 +199,10 @@ def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config
     from sp_lightning.league.registry import LeagueRegistry
 
     steps = 30
-    _league_fit(config, tmp_path, steps, "--data.league.exploitability_every", "0")
+    # Kuhn Poker's best responses are cheap (12 states): rank 0 computes them, both ranks play them
+    best_responses = "10" if config.startswith("kuhn") else "0"
+    _league_fit(config, tmp_path, steps, "--data.league.exploitability_every", "0",
+                "--data.league.best_response_every", best_responses)
     zero, one = _lines(tmp_path, 0), _lines(tmp_path, 1)
     assert [line["step"] for line in zero] == [line["step"] for line in one] == list(range(1, steps + 1))
     for a, b in zip(zero, one):
@@ -220,6 +223,10 @@ def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config
     assert len(trained) == sum(line["rated_games"] for line in zero + one)
     assert sum(line["rated_games"] for line in one) > 0
     assert list((tmp_path / "league" / "evaluations").glob("*.result.json")), "the evaluator's results landed"
+    if best_responses != "0":
+        assert {"br-000010", "br-000020"} <= set(zero[-1]["league"])
+        for lines in (zero, one):  # every rank seats them as bots
+            assert any(p.startswith("bot:br-") for line in lines for seats in line["seats"] for p in seats)
 
 
 def test_a_two_rank_league_with_an_exploiter_resets_it_alike_on_both_ranks(tmp_path):
@@ -288,7 +295,8 @@ def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices,
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     common = ["--trainer.max_steps", str(steps), "--data.league.schedule",
               '{"recent_every": 2, "recent_window": 4, "anchor_every": 6}',
-              "--data.league.evaluator", '{"every": 0}', "--data.league.games_per_match", "1"]
+              "--data.league.evaluator", '{"every": 0}', "--data.league.games_per_match", "1",
+              "--data.league.best_response_every", "2"]  # bots that join mid-run, their streams resumed too
     _fit("kuhn_poker_league_tiny.yaml", reference, devices, checkpoints, *common,
          "--data.league.dir", str(reference / "league"))
 

@@ -121,8 +121,10 @@ def _fit(tmp_path, config, steps, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["tictactoe_league_tiny.yaml", "kuhn_poker_league_tiny.yaml"])
-def test_a_league_trains_against_its_best_responses_and_resumes_with_them(tmp_path, config):
+@pytest.mark.parametrize("config, mixture", [("tictactoe_league_tiny.yaml", False), ("kuhn_poker_league_tiny.yaml", True)])
+def test_a_league_trains_against_its_best_responses_and_resumes_with_them(tmp_path, config, mixture):
+    """Also the exploitability it logs on both games: the learner's figure always, the league
+    mixture's where its computation exists (Kuhn Poker)."""
     _fit(tmp_path, config, 4)
     league = json.load(open(tmp_path / "league" / "league.json"))["agents"]
     added = sorted(a for a, record in league.items() if record["type"] == "best_response")
@@ -131,7 +133,9 @@ def test_a_league_trains_against_its_best_responses_and_resumes_with_them(tmp_pa
     rows = _metrics(tmp_path)
     assert max(float(r.get("league/mix/best_response") or 0) for r in rows) > 0.5  # nine games in ten from step 3
     assert any(r.get("league/win_rate/best_response") for r in rows)
-    assert any(r.get("league/exploitability/learner") for r in rows)
+    learner = [float(r["league/exploitability/learner"]) for r in rows if r.get("league/exploitability/learner")]
+    assert learner and all(0.0 <= value <= 1.0 for value in learner)
+    assert any(r.get("league/exploitability/mixture") for r in rows) == mixture
 
     _fit(tmp_path, config, 6, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))  # the run killed at step 4
     league = json.load(open(tmp_path / "league" / "league.json"))["agents"]
@@ -148,3 +152,24 @@ def _metrics(tmp_path, newest: bool = False) -> list[dict]:
 def test_a_game_without_a_best_response_is_refused(tmp_path):
     with pytest.raises(ValueError, match="best_response_every: the game 'liars_dice_v1'"):
         _fit(tmp_path, "liars_dice_league_tiny.yaml", 1)
+
+
+def test_a_bot_that_joins_after_a_resume_continues_its_saved_stream():
+    """The engine restores a bot's random stream when the bot joins after the checkpoint was
+    loaded (the league seats its best responses when training starts, after the restore)."""
+    from sp_lightning import build_from_config
+
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"))
+    engine = dm.build_engine(module)
+    played = BestResponseBot("kuhn_poker_v1", {}, seed=3)
+    played.rng.integers(100, size=7)
+    engine.arena.bots["br-000002"] = played
+    state = engine.state_dict()
+    del engine.arena.bots["br-000002"]
+
+    engine.load_state_dict(state)
+    joined = BestResponseBot("kuhn_poker_v1", {}, seed=3)
+    engine.add_bot("br-000002", joined)
+    assert joined.rng.integers(10**9) == played.rng.integers(10**9)
+    with pytest.raises(ValueError, match="already registered"):
+        engine.add_bot("br-000002", joined)
