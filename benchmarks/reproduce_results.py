@@ -99,6 +99,16 @@ RECIPES = {
         "exact": "league/exploitability/learner",
         "bars": "none (what the estimate reads)",
     },
+    # the Tic-Tac-Toe league as shipped, its exact exploitability logged every 50 steps: what the
+    # best-response recipe below is compared with
+    "tictactoe_league_tiny": {
+        "config": "configs/tictactoe_league_tiny.yaml",
+        "fit_flags": ["--data.league.exploitability_every", "50"],
+        "opponents": ["bot:random", "bot:tictactoe_perfect"],
+        "game": "tictactoe_v1",
+        "exact": "league/exploitability/learner",
+        "bars": "none (the comparison for the best-response recipe)",
+    },
     # the exact best response to the learner joins the league every 50 steps
     # (configs/overlays/best_responses.yaml); the exact exploitability is logged at the same steps
     "kuhn_poker_league_tiny_best_responses": {

@@ -105,7 +105,8 @@ def test_pfsp_plays_the_best_responses_the_learner_loses_to():
 def _fit(tmp_path, config, steps, *extra):
     from sp_lightning.cli import main
 
-    main(["fit", "--config", os.path.join(CONFIGS, config), "--trainer.max_steps", str(steps),
+    main(["fit", "--config", os.path.join(CONFIGS, config), "--config", os.path.join(CONFIGS, "overlays", "best_responses.yaml"),
+          "--trainer.max_steps", str(steps),
           "--trainer.default_root_dir", str(tmp_path), "--data.league.dir", str(tmp_path / "league"),
           "--data.episodes_per_batch", "8", "--trainer.limit_val_batches", "0",
           "--data.league.evaluator", '{"every": 0}',
