@@ -15,7 +15,9 @@ the learner itself. Every step the callback:
 4. hands its :class:`~sp_lightning.league.sampler.LeagueSampler` (the league block's, which seats
    the training games) a fresh view;
 5. logs the learner's rating beside the baselines and the best past checkpoint, the win rate per
-   opponent type, the realised opponent-type mix and (Kuhn Poker) exploitability.
+   opponent type, the realised opponent-type mix and (Kuhn Poker, Tic-Tac-Toe) exploitability;
+6. every ``best_response_every`` steps adds the exact best response to the learner as a bot
+   (``best_responses``), which every rank seats.
 
 Resume: the registry's content is saved in the Lightning checkpoint and written back on resume,
 so a killed run continues with the league as it was at its last checkpoint (the matchmaker's
