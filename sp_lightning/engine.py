@@ -330,6 +330,10 @@ class Engine:
             return
         self.arena.on_shutdown()
 
+    def has_bot(self, name: str) -> bool:
+        """Whether ``bot:<name>`` can be seated."""
+        return name in self.arena.bots
+
     def add_bot(self, name: str, bot: Any) -> None:
         """A scripted player that joins during the run, seated as ``bot:<name>`` from the next
         game on (a league's best response). On resume its random stream continues from the

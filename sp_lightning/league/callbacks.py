@@ -477,7 +477,7 @@ class LeagueCallback(L.Callback):
         """Every rank: each new best response becomes a bot its games can seat (``bot:<id>``)."""
         engine = engine_of(trainer)
         for agent, table in tables.items():
-            if agent not in engine.arena.bots:
+            if not engine.has_bot(agent):
                 seed = rng_streams.rank_seed(None if engine.seed is None else engine.seed + table["step"], engine.rank)
                 engine.add_bot(agent, best_responses.BestResponseBot(table["game"], table["moves"], seed=seed))
 
