@@ -159,6 +159,13 @@ def scalars(run_dir: str, tag: str) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+def last_quarter_mean(curve: list[tuple[int, float]]) -> float:
+    """Mean of a curve's points in the last quarter of the run (its steps from 3/4 of the last)."""
+    last_step = max(step for step, _ in curve)
+    quarter = [v for step, v in curve if step >= 0.75 * last_step]
+    return sum(quarter) / len(quarter)
+
+
 def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, threads: int,
                fit_flags: list[str]) -> dict:
     work = os.path.join(out, name, f"seed{seed}")
@@ -201,30 +208,22 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
             figures["games"] = metrics["games"]
             result["against" if not label else label + "_against"] = {
                 **result.get("against" if not label else label + "_against", {}), opponent: figures}
+    runs = os.path.join(work, "runs")
     if spec.get("exploitability"):
-        curve = scalars(os.path.join(work, "runs"), spec["exploitability"])
-        last_step = max(step for step, _ in curve)
-        quarter = [v for step, v in curve if step >= 0.75 * last_step]
-        result["exploitability_curve"] = curve
-        result["exploitability_last_quarter_mean"] = sum(quarter) / len(quarter)
+        result["exploitability_curve"] = curve = scalars(runs, spec["exploitability"])
+        result["exploitability_last_quarter_mean"] = last_quarter_mean(curve)
         result["exploitability_at_result"] = result["against"][spec["opponents"][0]]["exploitability"]
     if spec.get("estimate"):
-        curve = scalars(os.path.join(work, "runs"), spec["estimate"])
-        last_step = max(step for step, _ in curve)
-        quarter = [v for step, v in curve if step >= 0.75 * last_step]
-        result["estimate_curve"] = curve
+        result["estimate_curve"] = curve = scalars(runs, spec["estimate"])
         result["estimate_last"] = curve[-1][1]
-        result["estimate_last_quarter_mean"] = sum(quarter) / len(quarter)
+        result["estimate_last_quarter_mean"] = last_quarter_mean(curve)
         for tag in ("successes", "resets"):
-            points = scalars(os.path.join(work, "runs"), f"league/exploiter/main/{tag}")
+            points = scalars(runs, f"league/exploiter/main/{tag}")
             result[f"exploiter_{tag}"] = points[-1][1] if points else 0
     if spec.get("exact"):  # the league's exact readings of the learner during the run
-        exact = scalars(os.path.join(work, "runs"), spec["exact"])
-        last_step = max(step for step, _ in exact)
-        tail = [v for step, v in exact if step >= 0.75 * last_step]
-        result["exact_curve"] = exact
-        result["exact_last"] = exact[-1][1]
-        result["exact_last_quarter_mean"] = sum(tail) / len(tail)
+        result["exact_curve"] = curve = scalars(runs, spec["exact"])
+        result["exact_last"] = curve[-1][1]
+        result["exact_last_quarter_mean"] = last_quarter_mean(curve)
         result["exact_at_result"] = result["against"][spec["opponents"][0]]["exploitability"]
     return result
 
