@@ -10,13 +10,20 @@ the Hugging Face backend and the tiny model of ``configs/tictactoe_league_tiny.y
   them (recorded by the worker during the arena's run), already tokenized and padded, through
   ``model.generate`` alone with the same sampling settings. Twice: on the peft model as it
   trains (unmerged LoRA layers: the first baseline), and on the worker's merged copy (the
-  model the default arena generates with).
+  model the default arena generates with);
+- **raw sampler**: the same batches through the worker's own sampler alone
+  (``sp_lightning.rollout.sampler.sample``, which the arena calls in place of ``generate``: the
+  same tokens from the same random state, without ``generate``'s set-up per call) on the merged
+  copy.
 
 Shares are raw seconds / arena seconds (1.0: the arena adds nothing to generation), each the
 median of the per-repeat ratios (arena and raw interleaved in each repeat, so a noisy
 neighbour hits both). Against raw unmerged generate the share includes the merge's gain (it
-can pass 1); against raw merged generate it is the arena's own overhead alone. Turns/s counts
-model calls (one per learner move), tokens/s the generated tokens (one per turn here).
+can pass 1); against raw merged generate it is what a game costs beside ``generate`` of the model
+it plays (the issue's yardstick: it can pass 1 too, now that the arena samples without
+``generate``); against the raw sampler it is the arena's own overhead alone (envs, prompts,
+encoding, completions, scoring). Turns/s counts model calls (one per learner move), tokens/s the
+generated tokens (one per turn here).
 
 As in training, the learner's weights change before every play (an optimizer step's worth of
 noise, in place): the worker must bring its merged copy up to date inside the arena's time,
@@ -49,6 +56,7 @@ from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, load_policy
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
 from sp_lightning.rollout.hf import left_pad
+from sp_lightning.rollout.sampler import sample
 
 
 class CallRecordingWorker(HFRolloutWorker):
@@ -114,8 +122,9 @@ def main() -> None:
     model, tokenizer = tiny_policy()
     model.train()  # as in fit: the worker switches to eval mode for its calls
     print(f"torch threads {args.threads}; medians of {args.repeats} repeats (arena and raw interleaved)")
-    print(f"{'games at once':>13} {'games':>6} {'calls':>6} | {'raw unmerged':>12} {'raw merged':>10} | "
-          f"{'default':>7} {'share':>5} {'vs merged':>9} | {'unmerged':>8} {'share':>5}   (turns/s)")
+    print(f"{'games at once':>13} {'games':>6} {'calls':>6} | {'raw unmerged':>12} {'raw merged':>10} "
+          f"{'raw sampler':>11} | {'default':>7} {'share':>5} {'vs merged':>9} {'vs sampler':>10} | "
+          f"{'unmerged':>8} {'share':>5}   (turns/s)")
     med = statistics.median
     for concurrency in args.concurrency:
         games = games_for(concurrency, args.fixed_weights)
@@ -133,8 +142,9 @@ def main() -> None:
             default = play_games(worker, games, concurrency, repeat)
             raw = raw_generate_seconds(model, tokenizer, worker.calls)
             raw_merged = raw_generate_seconds(worker._merged_learner(), tokenizer, worker.calls)
+            raw_sampler = raw_sampler_seconds(worker._merged_learner(), tokenizer, worker.calls)
             turns = sum(len(c) for c in worker.calls)  # one token per turn: turns/s == tokens/s
-            rows.append((turns, default, unmerged, raw, raw_merged, len(worker.calls)))
+            rows.append((turns, default, unmerged, raw, raw_merged, len(worker.calls), raw_sampler))
 
         def rate(k: int) -> float:
             return med(r[0] / r[k] for r in rows)
@@ -142,8 +152,9 @@ def main() -> None:
         def share(raw_k: int, arena_k: int) -> float:
             return med(r[raw_k] / r[arena_k] for r in rows)
 
-        print(f"{concurrency:>13} {games:>6} {rows[-1][5]:>6} | {rate(3):>12.0f} {rate(4):>10.0f} | "
-              f"{rate(1):>7.0f} {share(3, 1):>5.2f} {share(4, 1):>9.2f} | {rate(2):>8.0f} {share(3, 2):>5.2f}")
+        print(f"{concurrency:>13} {games:>6} {rows[-1][5]:>6} | {rate(3):>12.0f} {rate(4):>10.0f} {rate(6):>11.0f} | "
+              f"{rate(1):>7.0f} {share(3, 1):>5.2f} {share(4, 1):>9.2f} {share(6, 1):>10.2f} | "
+              f"{rate(2):>8.0f} {share(3, 2):>5.2f}")
 
 
 def raw_generate_seconds(model, tokenizer, calls: list[list[list[int]]],
@@ -160,6 +171,20 @@ def raw_generate_seconds(model, tokenizer, calls: list[list[list[int]]],
                                max_new_tokens=sampling.max_new_tokens, do_sample=True,
                                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
                                pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        return time.perf_counter() - start
+    finally:
+        model.train(was_training)
+
+
+def raw_sampler_seconds(model, tokenizer, calls: list[list[list[int]]], sampling: SamplingSettings = SAMPLING) -> float:
+    """Seconds of the worker's sampler alone over ``calls`` (tensors built before the clock starts)."""
+    tensors = [left_pad(prompts, tokenizer.pad_token_id) for prompts in calls]
+    was_training = model.training
+    model.eval()
+    try:
+        start = time.perf_counter()
+        for input_ids, attention_mask in tensors:
+            sample(model, input_ids, attention_mask, sampling, tokenizer.eos_token_id, tokenizer.pad_token_id)
         return time.perf_counter() - start
     finally:
         model.train(was_training)

@@ -38,6 +38,14 @@ LINES = (
     (0, 3, 6), (1, 4, 7), (2, 5, 8),  # columns
     (0, 4, 8), (2, 4, 6),  # diagonals
 )
+LINES_THROUGH = tuple(tuple(line for line in LINES if cell in line) for cell in range(9))
+"""The lines through each cell: a move can only complete one of those."""
+
+
+@functools.lru_cache(maxsize=None)  # at most 3**9 boards; every observation shows one
+def _board_text(board: tuple[int | None, ...]) -> str:
+    cells = [MOVES[i] if c is None else MARKS[c] for i, c in enumerate(board)]
+    return "\n".join(" ".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
 
 
 class TicTacToeRules:
@@ -59,12 +67,13 @@ class TicTacToeRules:
     def apply(self, move: str) -> None:
         if move not in self._legal:
             raise ValueError(f"illegal move {move!r}; expected one of {self.legal_moves()}")
-        self.board[MOVES.index(move)] = self.current_player
-        if any(all(self.board[i] == self.current_player for i in line) for line in LINES):
-            self.winner = self.current_player
-        self.current_player = 1 - self.current_player
-        over = self.winner is not None
-        self._legal = [] if over else [MOVES[i] for i, c in enumerate(self.board) if c is None]
+        cell = MOVES.index(move)
+        board, mark = self.board, self.current_player
+        board[cell] = mark
+        if any(board[a] == mark and board[b] == mark and board[c] == mark for a, b, c in LINES_THROUGH[cell]):
+            self.winner = mark
+        self.current_player = 1 - mark
+        self._legal = [] if self.winner is not None else [m for m in self._legal if m != move]
 
     def returns(self) -> list[float]:
         if self.winner is None:
@@ -72,8 +81,7 @@ class TicTacToeRules:
         return [1.0 if p == self.winner else -1.0 for p in (0, 1)]
 
     def board_text(self) -> str:
-        cells = [MOVES[i] if c is None else MARKS[c] for i, c in enumerate(self.board)]
-        return "\n".join(" ".join(cells[r * 3 : r * 3 + 3]) for r in range(3))
+        return _board_text(tuple(self.board))
 
 
 class TicTacToeEnv(TextGameEnv):

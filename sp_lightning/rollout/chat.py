@@ -90,7 +90,9 @@ def encode_chats(tokenizer, conversations: list[list[dict[str, str]]],
         encoded = tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=True, return_dict=False)
         return [list(ids) for ids in encoded]
     texts = tokenizer.apply_chat_template(safe, add_generation_prompt=True, tokenize=False)
-    return [encoding.ids for encoding in backend.encode_batch(texts, add_special_tokens=False)]
+    # encode_batch_fast (tokenizers >= 0.21) skips the character offsets, which are never read
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    return [encoding.ids for encoding in encode(texts, add_special_tokens=False)]
 
 
 class PromptEncoder:

@@ -1,4 +1,4 @@
-"""Hugging Face transformers backend: one batched ``generate`` call for all pending requests.
+"""Hugging Face transformers backend: one batched generate call for all pending requests.
 
 The worker shares the learner's model object in-process, so a weight sync is only a version
 bump; with ``own_copy`` it generates from a copy of its own instead, into which a sync copies the
@@ -17,7 +17,10 @@ with twenty opponents costs one call per turn, not twenty (benchmarks/bench_roll
 measures it). Adapters that do not fit under ``max_adapters`` are reloaded from disk every turn,
 which then dominates the turn (the same benchmark), so league configs set the cap to the
 league's size. A call holds at most ``max_batch_size`` rows and ``max_adapters`` checkpoints;
-a plain model without adapters gets one call per policy. Logprobs come from the processed scores
+a plain model without adapters gets one call per policy. A call is the worker's own sampler
+(``sampler.sample``: prefill and KV-cached decoding with transformers' warpers, drawing the tokens
+``model.generate`` draws from the same random state without its set-up per call, which costs
+more than a one-token move's forward on a tiny model). Logprobs come from the processed scores
 (after temperature / top-k / top-p), which is what the sampler drew from.
 
 Unmerged LoRA layers cost a second matmul per projection. With ``merge_learner`` the worker
@@ -46,6 +49,7 @@ from sp_lightning.rollout.base import (
 from sp_lightning.learners import adapter_of, learner_adapters, trainable_again
 from sp_lightning.rollout.chat import PromptEncoder
 from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy, weights_key
+from sp_lightning.rollout.sampler import sample
 from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
@@ -55,11 +59,9 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, tor
     """``(input_ids, attention_mask)`` of ``sequences`` padded on the left to the longest, so
     that every sequence ends at the last column, where generation continues."""
     width = max(map(len, sequences))
-    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        input_ids[row, width - len(seq) :] = torch.tensor(seq)
-        attention_mask[row, width - len(seq) :] = 1
+    # one tensor from padded Python lists: a tensor per row costs more than the row's copy
+    input_ids = torch.tensor([[pad_id] * (width - len(seq)) + list(seq) for seq in sequences], dtype=torch.long)
+    attention_mask = torch.tensor([[0] * (width - len(seq)) + [1] * len(seq) for seq in sequences], dtype=torch.long)
     return input_ids, attention_mask
 
 
@@ -405,47 +407,29 @@ class HFRolloutWorker(RolloutWorker):
         tok = self.tokenizer
         device = next(self.model.parameters()).device
         input_ids, attention_mask = left_pad(prompts, tok.pad_token_id)
-        width = input_ids.shape[1]
-        greedy = sampling.temperature == 0
-        kwargs = dict(
-            max_new_tokens=sampling.max_new_tokens,
-            do_sample=not greedy,
-            output_scores=True,
-            return_dict_in_generate=True,
-            pad_token_id=tok.pad_token_id,
-            eos_token_id=tok.eos_token_id,
-        )
-        if not greedy:
-            kwargs.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         merged = self._merged_learner() if all(p == LEARNER for p in policies) else None  # the unnamed one
         if merged is not None:
-            out = merged.generate(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs)
+            new_tokens, logprobs = sample(merged, input_ids, attention_mask, sampling, tok.eos_token_id, tok.pad_token_id)
         else:
             with self.serving_rows(policies) as routing:
-                out = self.model.generate(
-                    input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), **kwargs, **routing
-                )
-        new_tokens = out.sequences[:, width:].cpu()  # (B, N)
-        scores = torch.stack(out.scores, dim=1).float()  # (B, N, V) processed logits
-        logprobs = torch.log_softmax(scores, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1).cpu()
-        completions = []
-        for row, (prompt, policy) in enumerate(zip(prompts, policies)):
-            ids = new_tokens[row].tolist()
+                new_tokens, logprobs = sample(self.model, input_ids, attention_mask, sampling, tok.eos_token_id,
+                                              tok.pad_token_id, **routing)
+        new_tokens, logprobs = new_tokens.cpu(), logprobs.cpu()  # (B, N)
+        # whole tensors to Python once, and one batched decode: per-row conversions cost more
+        # than a one-token generation's own share of the forward on a tiny model
+        rows_ids, rows_logprobs = new_tokens.tolist(), logprobs.tolist()
+        for row, ids in enumerate(rows_ids):
             if tok.eos_token_id in ids:  # keep the end-of-turn token: the policy learns to stop
-                ids = ids[: ids.index(tok.eos_token_id) + 1]
+                rows_ids[row] = ids[: ids.index(tok.eos_token_id) + 1]
+        texts = tok.batch_decode(rows_ids, skip_special_tokens=True)
+        versions = {policy: self.version_of(policy) for policy in set(policies)}
+        completions = []
+        for ids, row_logprobs, text, prompt, policy in zip(rows_ids, rows_logprobs, texts, prompts, policies):
             self.generated_tokens += len(ids)
-            completions.append(
-                Completion(
-                    text=tok.decode(ids, skip_special_tokens=True),
-                    prompt_ids=prompt,
-                    completion_ids=ids,
-                    logprobs=logprobs[row, : len(ids)].tolist(),
-                    policy=policy,
-                    policy_version=self.version_of(policy),
-                )
-            )
+            completions.append(Completion(text=text, prompt_ids=prompt, completion_ids=ids,
+                                          logprobs=row_logprobs[: len(ids)], policy=policy,
+                                          policy_version=versions[policy]))
         return completions
 
 

@@ -37,9 +37,12 @@ class MergedCopy:
         self.refreshes = 0
         self._key: tuple[int, ...] | None = None
         self._refresh_steps: list | None = None  # None: the copy can only be rebuilt
+        self._watched: list[torch.Tensor] | None = None  # the trained weights, listed once per build
 
     def get(self):
-        key = weights_key(self._trained())
+        if self._watched is None:
+            self._watched = self._trained()
+        key = weights_key(self._watched)
         if self.model is None or (key != self._key and self._refresh_steps is None):
             self._build()
         elif key != self._key:
@@ -49,7 +52,7 @@ class MergedCopy:
 
     def release(self) -> None:
         """Drop the copy (its memory); the next ``get`` builds it again."""
-        self.model, self._key, self._refresh_steps = None, None, None
+        self.model, self._key, self._refresh_steps, self._watched = None, None, None, None
 
     def _trained(self) -> list[torch.Tensor]:
         return [p for p in self.source.parameters() if p.requires_grad]
@@ -61,6 +64,7 @@ class MergedCopy:
             merged.delete_adapter(name)
         self.model = merged.merge_and_unload().eval()
         self._refresh_steps = self._plan()
+        self._watched = self._trained()
         self.builds += 1
 
     def _plan(self) -> list | None:
