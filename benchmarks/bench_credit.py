@@ -39,6 +39,7 @@ ROOT = os.path.dirname(HERE)
 CREDITS = {
     "rae": {"class_path": "sp_lightning.credit.RAE", "init_args": {"decay": 0.95}},
     "continuations": {"class_path": "sp_lightning.credit.ContinuationCredit", "init_args": {"continuations": 4}},
+    "gae": {"class_path": "sp_lightning.credit.GAE", "init_args": {"lam": 0.95}},
 }
 
 

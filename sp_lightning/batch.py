@@ -8,7 +8,7 @@ step of every level into a :class:`~sp_lightning.types.TrainingRecord`.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -34,10 +34,12 @@ class Batch:
 def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
     """Every trainable step (of any nesting level) with an advantage becomes one record."""
     records = []
-    for _, rollout, step in trainable_steps(list(rollouts)):
+    turns: Counter[str] = Counter()
+    for (rollout_id, _), rollout, step in trainable_steps(list(rollouts)):
         if step.advantage is None:
             continue
         c = step.completion
+        trajectory = f"{rollout_id}/{step.role}"
         records.append(
             TrainingRecord(
                 prompt_ids=c.prompt_ids,
@@ -49,8 +51,12 @@ def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
                 policy_version=c.policy_version,
                 legal_actions=step.info.get("legal_actions") or None,
                 learner=c.policy.name,
+                trajectory=trajectory,
+                turn=turns[trajectory],
+                step_reward=float(step.reward),
             )
         )
+        turns[trajectory] += 1
     return records
 
 

@@ -24,6 +24,10 @@ Assigners:
   Kazemnejad et al. 2024, for games with several seats): at each trainable decision the game is
   copied and played on ``continuations`` times by the same seats' policies, and the decision's
   advantage is the Monte Carlo Q of the move minus the V of the position.
+- :class:`GAE`: per-decision credit from a learned value of each position (generalised advantage
+  estimation, Schulman et al. 2016; the value head of PPO's actor-critic): the trainer computes
+  ``V`` of every decision's prompt with a value head on the policy's own last hidden state, and
+  the advantage is GAE(discount, lambda) along each role's decisions in a rollout.
 - :class:`EpisodicRewardCredit`: the return itself, no baseline (REINFORCE).
 - :class:`Constant`: one fixed weight for every trainable step (behaviour cloning of the
   policy's own games, e.g. after filtering them).
@@ -62,6 +66,13 @@ Where this departs from the papers:
    the role's moves between the decision and it; the move's own step reward is added to its
    advantage as it is and kept out of V (an unbiased choice of baseline that leaves an invalid
    move's penalty on that move in full, so legality is learnt as fast as with outcome credit).
+8. ``GAE``'s advantages are not known when the batch is built: the values come from the model
+   being trained, so ``compute`` gives each step its return (REINFORCE) and the trainer replaces
+   it with :meth:`GAE.advantages` of the records once it has their values (the records carry
+   their trajectory and position, :class:`~sp_lightning.types.TrainingRecord`). A trajectory is
+   one role's trainable decisions in one rollout; the other seats' moves between two of them are
+   part of the environment, so ``V`` of the next decision is the value after the opponents'
+   replies, as in single-agent GAE with the opponents folded into the dynamics.
 """
 
 from __future__ import annotations
@@ -442,6 +453,100 @@ class ContinuationCredit(CreditAssigner):
 
 CONTINUATIONS = "continuations"
 """``step.info`` key of a branched decision: ``{"before": [G, ...], "after": [G, ...] or None}``."""
+
+
+def gae(rewards: list[float], values: list[float], discount: float, lam: float) -> list[float]:
+    """Generalised advantage estimates of one trajectory: ``A_t = sum_k (discount * lam)**k d_(t+k)``
+    with ``d_t = r_t + discount * V_(t+1) - V_t`` and ``V_T = 0`` after the last decision. ``lam = 1``
+    gives the Monte Carlo return minus ``V_t``; ``lam = 0`` the one-step TD error."""
+    advantages = [0.0] * len(rewards)
+    running = 0.0
+    for t in reversed(range(len(rewards))):
+        following = values[t + 1] if t + 1 < len(values) else 0.0
+        delta = rewards[t] + discount * following - values[t]
+        running = delta + discount * lam * running
+        advantages[t] = running
+    return advantages
+
+
+class GAE(CreditAssigner):
+    """Per-decision credit from a learned value head: generalised advantage estimation.
+
+    The trainer (``SelfPlayModule``) gives the policy a value head, a linear map of the model's
+    last hidden state at the end of each decision's prompt (its features are those that choose
+    the move), computes ``V`` of every record of the batch before the update, and sets each
+    record's advantage to its own step reward (an invalid move's penalty) plus :func:`gae` along
+    its trajectory (one role's decisions in one rollout) of the role's episode reward, which
+    comes at the last decision. The value head is trained in the same optimizer step by
+    ``value_coef * 0.5 * (V - target)**2`` toward the lambda-return of the episode reward,
+    ``target = gae + V``. A step's own reward stays on that step, as in RAE and
+    ContinuationCredit: V is the value of the outcome, and a penalty is never credited to the
+    moves before it (they did not break the rule).
+
+    Against outcome credit (RAE) this removes what the position already said about the outcome
+    (the card dealt, the board inherited) and, with ``lam < 1``, what later moves did, at the cost
+    of a value pass over the batch (a forward without gradients) and the bias of a value still
+    being learnt. Compare with ContinuationCredit, which estimates the same per-decision
+    advantage without bias from K copies of the game per decision, at K times the play.
+
+    Args:
+        discount: Per own decision (1: undiscounted).
+        lam: GAE's lambda (1: return minus V; 0: one-step TD).
+        value_coef: Weight of the value loss in the learner's loss.
+        train_trunk: The value loss also trains the adapter (the trunk the policy and value share,
+            as in PPO's shared actor-critic); false trains the head alone on the policy's features.
+        normalize: Whiten the batch's advantages (mean 0, std 1 over each learner's records on
+            each rank).
+    """
+
+    learns_values = True
+    """The trainer must compute values and call :meth:`advantages` (read by ``SelfPlayModule``)."""
+
+    def __init__(self, discount: float = 1.0, lam: float = 0.95, value_coef: float = 0.5, train_trunk: bool = True,
+                 normalize: bool = False) -> None:
+        if not 0.0 < discount <= 1.0:
+            raise ValueError(f"credit.discount: expected a number in (0, 1], got {discount!r}")
+        if not 0.0 <= lam <= 1.0:
+            raise ValueError(f"credit.lam: expected a number in [0, 1], got {lam!r}")
+        if not (math.isfinite(value_coef) and value_coef > 0):
+            raise ValueError(f"credit.value_coef: expected a number > 0, got {value_coef!r}")
+        self.discount, self.lam, self.value_coef = float(discount), float(lam), float(value_coef)
+        self.train_trunk, self.normalize = bool(train_trunk), bool(normalize)
+        self.last_stats: dict[str, float] = {}
+
+    def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
+        """Each step's return (its discounted outcome and own reward): the advantage until the
+        trainer replaces it with :meth:`advantages`."""
+        advantages = {}
+        for _, items in groupby(trainable_steps(rollouts), key=lambda item: item[0][0]):
+            items = list(items)
+            later = moves_after(items[0][1])
+            for key, rollout, step in items:
+                advantages[key] = step_return(rollout, step, self.discount ** later[key[1]])
+        self.last_stats = _advantage_stats(list(advantages.values()))
+        return advantages
+
+    def advantages(self, records: list, values: list[float]) -> tuple[list[float], list[float]]:
+        """``(advantages, value targets)`` of ``records`` (``TrainingRecord``) given ``values``, V
+        of each record's prompt, both in the records' order. Records of one trajectory are taken
+        in their ``turn`` order; a record without a trajectory is a trajectory of its own."""
+        chains: dict[str, list[int]] = defaultdict(list)
+        for index, record in enumerate(records):
+            chains[record.trajectory or f"#{index}"].append(index)
+        estimates = [0.0] * len(records)
+        for indices in chains.values():
+            indices.sort(key=lambda i: records[i].turn)
+            rewards = [0.0] * len(indices)
+            last = records[indices[-1]]
+            rewards[-1] = float(last.reward) - float(last.step_reward)  # the role's episode reward
+            for i, estimate in zip(indices, gae(rewards, [values[i] for i in indices], self.discount, self.lam)):
+                estimates[i] = estimate
+        targets = [e + v for e, v in zip(estimates, values)]
+        advantages = [float(r.step_reward) + e for r, e in zip(records, estimates)]
+        if self.normalize and len(advantages) > 1:
+            mean, std = _mean_std(advantages)
+            advantages = [(a - mean) / (std + 1e-8) for a in advantages]
+        return advantages, targets
 
 
 class EpisodicRewardCredit(CreditAssigner):

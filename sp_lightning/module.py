@@ -36,6 +36,7 @@ from sp_lightning.rollout.base import save_learner_adapter
 from sp_lightning.rollout.hf import left_pad
 from sp_lightning.shared_prompts import SharedPrompts, collate_shared, group_by_prompt, shared_window_logits
 from sp_lightning.types import TrainingRecord
+from sp_lightning.value_head import ValueHeads, capture_final_hidden, hidden_size_of, prompt_end_hidden
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +185,7 @@ class TrainBatch:
     old_logprobs: torch.Tensor  # (B, K)
     advantages: torch.Tensor  # (B,)
     shared: SharedPrompts | None = None
+    value_column: torch.Tensor | None = None  # (B,) the column of each row's last prompt token among the K+1 kept
 
     def to(self, device) -> TrainBatch:
         return TrainBatch(*(None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
@@ -217,8 +219,9 @@ def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None =
             loss_mask[row, window - k :] = torch.tensor(r.action_mask[:k], dtype=torch.float)
             old_logprobs[row, window - k :] = torch.tensor(r.logprobs[:k])
     advantages = torch.tensor([r.advantage for r in records], dtype=torch.float)
+    value_column = window - torch.tensor(kept, dtype=torch.long)  # (B,) K - k: predicts the first completion token
     return TrainBatch(input_ids, attention_mask, position_ids, input_ids[:, width - window :],
-                      loss_mask, old_logprobs, advantages, prompts)
+                      loss_mask, old_logprobs, advantages, prompts, value_column)
 
 
 def split_micro_batches(records: list[TrainingRecord], max_records: int, max_tokens: int | None,
@@ -262,6 +265,25 @@ class _UpdateInputs:
     importance_sampling: bool
 
 
+def _value_diagnostics(values: list[float], targets: list[float], advantages: list[float]) -> dict[str, float]:
+    """The value head's figures for a batch: its mean, the explained variance of the targets
+    (1 - Var(target - V) / Var(target): 1 a perfect value, 0 no better than a constant), and the
+    advantages' mean and std."""
+    count = max(len(values), 1)
+
+    def variance(xs):
+        mean = sum(xs) / max(len(xs), 1)
+        return sum((x - mean) ** 2 for x in xs) / max(len(xs), 1)
+
+    residual = variance([t - v for t, v in zip(targets, values)])
+    spread = variance(targets)
+    mean_advantage = sum(advantages) / count
+    return {"value_mean": sum(values) / count,
+            "value_explained_variance": 1.0 - residual / spread if spread > 0 else 0.0,
+            "value_advantage_mean": mean_advantage,
+            "value_advantage_std": math.sqrt(variance(advantages))}
+
+
 def uses_importance_sampling(loss: LossSettings, worker) -> bool:
     """Whether the loss corrects for a sampler that is not the trainer (``loss.importance_sampling``;
     ``auto``: exactly when the worker does not generate with the trainer's own weights)."""
@@ -283,6 +305,8 @@ class _MicroBatch:
     trainer_logprobs: torch.Tensor | None = None
     """(B, K) the trainer's logprobs under the weights that played (the first pass's, detached)."""
     sampler_mismatch: torch.Tensor | None = None
+    value_targets: torch.Tensor | None = None
+    """(B,) what the value head learns toward (credit that learns values; None otherwise)."""
 
     @classmethod
     def collated(cls, records: list[TrainingRecord], pad_id: int, max_tokens: int | None, device,
@@ -373,6 +397,7 @@ class SelfPlayModule(L.LightningModule):
         self.nonfinite_steps = 0
         self._resumed_rng_states: dict | None = None  # from on_load_checkpoint, for on_train_start
         self.sharded = False  # the frozen base sharded over the ranks (configure_model, FSDP)
+        self.value_heads: ValueHeads | None = None  # made at setup when the run's credit learns values
 
     @property
     def last_rollouts(self) -> list:
@@ -392,6 +417,28 @@ class SelfPlayModule(L.LightningModule):
         """The run's engine (the DataModule's): the worker whose weights follow every optimizer
         step, sampling, evaluation (sp_lightning.engine)."""
         return engine_of(self.trainer)
+
+    def setup(self, stage: str) -> None:
+        """A value head per learner when the run's credit learns values (``credit.GAE``): made
+        here, after the DataModule built the engine and before the optimizer and a resumed run's
+        weights, which then include the heads."""
+        if self.value_heads is None and self._value_credit() is not None:
+            self.value_heads = ValueHeads(self.learners.names, hidden_size_of(self.model))
+
+    def _value_credit(self):
+        """The run's credit assigner if it learns values (``learns_values``), else None."""
+        if self._trainer is None:
+            return None
+        credit = self.engine.credit
+        return credit if getattr(credit, "learns_values", False) else None
+
+    def _trainable(self, name: str) -> list[torch.nn.Parameter]:
+        """What learner ``name``'s optimizer steps: its adapter (or every trained weight) and
+        its value head where it has one."""
+        params = params_of(self.model, name)
+        if self.value_heads is not None:
+            params = params + self.value_heads.params_of(name)
+        return params
 
     def configure_callbacks(self):
         """The callbacks the config's ``data`` block installs (a league's), handed to Lightning."""
@@ -416,7 +463,7 @@ class SelfPlayModule(L.LightningModule):
     def configure_optimizers(self):
         # one optimizer, a parameter group per learner: one optimizer step per pass whatever the
         # number of learners (Lightning counts every optimizer's steps in global_step)
-        groups = [{"params": params_of(self.model, name), "lr": self.optim_of[name].lr,
+        groups = [{"params": self._trainable(name), "lr": self.optim_of[name].lr,
                    "betas": tuple(self.optim_of[name].betas), "weight_decay": self.optim_of[name].weight_decay}
                   for name in self.learners.names]
         opt = torch.optim.AdamW(groups)
@@ -530,7 +577,14 @@ class SelfPlayModule(L.LightningModule):
         totals: dict[str, dict[str, float]] = {name: {} for name in self.learners.names}
         passes = {name: 0 for name in self.learners.names}  # passes that ended in an optimizer step
         strategy = self._trainer.strategy if self._trainer is not None else None
+        credit = self._value_credit()
+        value_stats: dict[str, dict[str, float]] = {}
         try:
+            if credit is not None:  # advantages from the values of the weights that played
+                for name in active:
+                    activate(self.model, name)
+                    value_stats[name] = self._credit_from_values(credit, name, micro_batches[name], how[name],
+                                                                 fillers[name])
             for _ in range(self.update_epochs):
                 pass_totals = {}
                 with distributed.local_backward(strategy):
@@ -543,7 +597,8 @@ class SelfPlayModule(L.LightningModule):
                             self._filler_pass(self.loss_of[name])
                 # the gradients summed over the ranks once per pass (a rank with fewer or no
                 # micro-batches did fewer or no backward passes: the one collective follows them)
-                distributed.sum_gradients([p for p in self.model.parameters() if p.requires_grad])
+                heads = list(self.value_heads.parameters()) if self.value_heads is not None else []
+                distributed.sum_gradients([p for p in self.model.parameters() if p.requires_grad] + heads)
                 stepping = []
                 for name in active:
                     pass_totals[name] = distributed.sum_metrics(pass_totals[name])
@@ -557,11 +612,51 @@ class SelfPlayModule(L.LightningModule):
                 opt.zero_grad(set_to_none=True)
                 self.lr_schedulers().step()
                 for name in stepping:
-                    totals[name], passes[name] = pass_totals[name], passes[name] + 1
+                    totals[name], passes[name] = {**pass_totals[name], **value_stats.get(name, {})}, passes[name] + 1
                 active = stepping
         finally:
             trainable_again(self.model)
         return totals, passes
+
+    @torch.no_grad()
+    def _credit_from_values(self, credit, name: str, micro_batches: list[_MicroBatch], how: _UpdateInputs,
+                            fillers: int) -> dict[str, float]:
+        """Learner ``name``'s advantages and value targets set from its value head's V of every
+        record (``credit.advantages``: GAE along each trajectory), before the update's first pass;
+        returns the value's diagnostics (this rank's). Each micro-batch's forward also gives the
+        trainer's logprobs under the weights that played, which the first pass would take."""
+        values = []
+        for micro in micro_batches:
+            with capture_final_hidden(self.model) as captured:
+                logprobs, _ = self.sequence_logprobs(micro.tensors, temperature=how.temperature)
+            micro.trainer_logprobs = logprobs
+            micro.sampler_mismatch = masked_mean((logprobs - micro.tensors.old_logprobs).abs(), micro.tensors.loss_mask)
+            hidden = prompt_end_hidden(captured["hidden"], micro.tensors.value_column)
+            values.extend(self.value_heads(name, hidden).float().cpu().tolist())
+        for _ in range(fillers):  # sharded: every rank runs as many forward passes
+            ids = torch.full((1, 2), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
+            self.model(input_ids=ids, logits_to_keep=1)
+        records = [r for micro in micro_batches for r in micro.records]
+        advantages, targets = credit.advantages(records, values)
+        start = 0
+        for micro in micro_batches:
+            end = start + len(micro.records)
+            device = micro.tensors.advantages.device
+            micro.tensors.advantages = torch.tensor(advantages[start:end], dtype=torch.float, device=device)
+            micro.value_targets = torch.tensor(targets[start:end], dtype=torch.float, device=device)
+            start = end
+        return _value_diagnostics(values, targets, advantages)
+
+    def _value_loss(self, name: str, micro: _MicroBatch, hidden: torch.Tensor, coef: float, train_trunk: bool,
+                    num_records: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(loss, squared error mean)``: ``coef * 0.5 * (V - target)**2`` summed over the micro-batch's
+        rows with a trained token, over the learner's records on every rank."""
+        mb = micro.tensors
+        hidden = prompt_end_hidden(hidden, mb.value_column)
+        values = self.value_heads(name, hidden if train_trunk else hidden.detach())  # (B,)
+        rows = (mb.loss_mask.sum(-1) > 0).float()  # (B,)
+        squared = (values.float() - micro.value_targets) ** 2 * rows  # (B,)
+        return coef * 0.5 * squared.sum() / max(num_records, 1.0), squared.detach().sum() / rows.sum().clamp(min=1)
 
     def _micro_batches(self, records: list[TrainingRecord], share: bool) -> list[_MicroBatch]:
         pad = self.tokenizer.pad_token_id
@@ -577,9 +672,12 @@ class SelfPlayModule(L.LightningModule):
         num_tokens, num_records = counts.tokens, counts.records
         uses_legal_moves = s.entropy_over == "legal_moves" or s.magnet_coef != 0
         importance_sampling = how.importance_sampling
+        learns_values = micro_batches and micro_batches[0].value_targets is not None
+        credit = self._value_credit() if learns_values else None
         for micro in micro_batches:
             mb = micro.tensors
-            logprobs, logits = self.sequence_logprobs(mb, temperature=how.temperature)
+            with capture_final_hidden(self.model) if credit is not None else nullcontext({}) as captured:
+                logprobs, logits = self.sequence_logprobs(mb, temperature=how.temperature)
             if micro.trainer_logprobs is None:  # the first pass: still the weights that played
                 micro.trainer_logprobs = logprobs.detach()
                 micro.sampler_mismatch = masked_mean((micro.trainer_logprobs - mb.old_logprobs).abs(), mb.loss_mask)
@@ -614,6 +712,11 @@ class SelfPlayModule(L.LightningModule):
                 magnet = legal_magnet_kl(logits, first_position, legal_mask) * known  # (B,)
                 diag["magnet_kl"] = masked_mean(magnet.detach(), known)
                 loss = loss + s.magnet_coef_at(self.global_step) * magnet.sum() / num_records
+            if credit is not None:
+                value_loss, diag["value_error"] = self._value_loss(
+                    micro.records[0].learner, micro, captured["hidden"], credit.value_coef, credit.train_trunk,
+                    num_records)
+                loss = loss + value_loss
             self.manual_backward(loss)
             weight = micro.trained_tokens / max(num_tokens, 1)
             for key, value in diag.items():
@@ -636,7 +739,7 @@ class SelfPlayModule(L.LightningModule):
     def _clipped_and_finite(self, name: str, totals: dict[str, float]) -> bool:
         """Clip learner ``name``'s summed gradient (its own ``grad_clip``; ``totals`` gains its
         ``grad_norm``) and say whether its loss and gradient are finite."""
-        trainable = params_of(self.model, name)
+        trainable = self._trainable(name)
         clip = self.optim_of[name].grad_clip
         if clip:
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, clip)
@@ -649,7 +752,7 @@ class SelfPlayModule(L.LightningModule):
         """Drop learner ``name``'s gradient of this pass (its weights and optimizer state stay as
         they were: AdamW skips a parameter without a gradient), log what its batch held, and stop
         the run once ``optimizer.max_nonfinite_steps`` of its passes in a row went this way."""
-        for p in params_of(self.model, name):
+        for p in self._trainable(name):
             p.grad = None
         self.nonfinite_in_a_row[name] += 1
         self.nonfinite_steps += 1
@@ -767,7 +870,9 @@ class SelfPlayModule(L.LightningModule):
 
     def load_policy_weights(self, path: str | os.PathLike[str]) -> None:
         """Load a trained policy: a Lightning ``.ckpt`` (its trainable weights) or a peft adapter
-        directory. Weights that do not fit the config's model raise, naming them."""
+        directory. Weights that do not fit the config's model raise, naming them. A run's value
+        heads (``credit.GAE``) are no part of the policy: they are read only where this module
+        has them."""
         path = os.fspath(path)
         if os.path.isdir(path):
             from peft import set_peft_model_state_dict
@@ -777,6 +882,7 @@ class SelfPlayModule(L.LightningModule):
             return
         state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
         params = dict(self.named_parameters())
+        state = {k: v for k, v in state.items() if k in params or not k.startswith("value_heads.")}
         missing = [k for k in state if k not in params]
         if missing:
             raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
@@ -792,7 +898,7 @@ class SelfPlayModule(L.LightningModule):
         from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
 
         adapter = adapter_of(learner)
-        params = params_of(self.model, learner)
+        params = self._trainable(learner)
         device = params[0].device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type), \
                 torch.no_grad():
@@ -802,6 +908,8 @@ class SelfPlayModule(L.LightningModule):
                     module.reset_lora_parameters(adapter, True)
                 elif isinstance(module, TrainableTokensLayer) and adapter in module.trainable_tokens_delta:
                     module.trainable_tokens_delta[adapter].zero_()
+            for param in self.value_heads.params_of(learner) if self.value_heads is not None else []:
+                param.zero_()  # its value starts over with it (a copy of another learner's keeps this zero value)
         if copy_from is not None:
             self._copy_adapter(copy_from, learner)
         if self._trainer is not None:

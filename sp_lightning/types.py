@@ -204,6 +204,14 @@ class TrainingRecord:
     legal_actions: list[str] | None = None  # the moves the game allowed here (for the entropy term)
     learner: str = ""
     """The learner that trains on it (``model.learners``; "" the one unnamed learner)."""
+    trajectory: str = ""
+    """Which role's decisions in which rollout of the batch it belongs to (``"<rollout id>/<role>"``):
+    credit that learns values (``credit.GAE``) chains a trajectory's records by ``turn``."""
+    turn: int = 0
+    """Its position among its trajectory's records."""
+    step_reward: float = 0.0
+    """The step's own immediate reward (an invalid move's penalty); ``reward`` minus it is the
+    role's episode reward."""
 
 
 GenerateResult = Rollout

@@ -120,6 +120,30 @@ def test_two_ranks_give_the_gradient_of_one_rank_training_on_both_ranks_records(
     assert _lines(pair, 0)[0]["weights"] == _lines(pair, 1)[0]["weights"], "the ranks stepped alike"
 
 
+def test_gae_on_two_ranks_gives_the_gradient_of_one_rank_value_heads_included(tmp_path, recorded):
+    """GAE credit (a value head trained with the policy): each rank takes whole episodes (a
+    trajectory never straddles two ranks, as in a real fit where each rank plays its own), and
+    the gradient of every weight, the value head's among them, is the one-rank gradient; after
+    two steps (the second's advantages from the trained head) both ranks hold the same weights."""
+    path, count = recorded
+    with open(path, "rb") as f:
+        records = pickle.load(f)
+    episodes = sorted({r.trajectory.split("/")[0] for r in records})
+    shares = [[i for i, r in enumerate(records) if episodes.index(r.trajectory.split("/")[0]) % 2 == rank]
+              for rank in (0, 1)]
+    gae = {"class_path": "sp_lightning.credit.GAE", "init_args": {"lam": 0.9}}
+    alone, pair = tmp_path / "one", tmp_path / "two"
+    one, two = _replay(path), _replay(path, shares=shares)
+    one["data"]["credit"] = two["data"]["credit"] = gae
+    _fit("kuhn_poker_tiny.yaml", alone, 1, one, "--trainer.max_steps", "2")
+    _fit("kuhn_poker_tiny.yaml", pair, 2, two, "--trainer.max_steps", "2")
+    gradients = _gradients(alone, 0)
+    assert any(name.startswith("value_heads.") for name in gradients)
+    for rank in (0, 1):
+        _assert_close(_gradients(pair, rank), gradients)
+    assert [line["weights"] for line in _lines(pair, 0)] == [line["weights"] for line in _lines(pair, 1)]
+
+
 def test_a_rank_with_no_records_takes_part_and_nobody_waits(tmp_path, recorded):
     """Rank 1 has nothing to train on while rank 0 runs all its micro-batches: one gradient sum
     per step (not one per backward pass), so the ranks' different counts cannot deadlock."""

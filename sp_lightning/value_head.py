@@ -1,0 +1,82 @@
+"""The value head of credit that learns values (``credit.GAE``): V of a decision's position.
+
+PPO's actor-critic for language models puts a scalar head on the policy's own last hidden state
+(TRL's ``AutoModelForCausalLMWithValueHead``, OpenRLHF's critic share the idea): the features that
+choose the move are the ones the value is read from, and with a LoRA policy the adapter is the
+trunk both train. Here the hidden state is taken at the position that predicts the completion's
+first token, the end of the decision's prompt, which is the state the value is of.
+
+The hidden states are the output embedding's input, caught by a forward hook
+(:func:`capture_final_hidden`) during the forward pass the loss already runs: no second
+forward for training the value, on the plain and the shared-prompt layouts alike (the shared
+layout's last output-embedding call is its completion pass, which holds the same columns).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+
+
+class ValueHeads(torch.nn.Module):
+    """One linear value head per learner (``""``, the one unnamed learner, is ``default``), zero at
+    the start: the first advantages are the returns, and the value grows from there."""
+
+    def __init__(self, learners: list[str], hidden_size: int):
+        super().__init__()
+        self.heads = torch.nn.ModuleDict({key_of(name): torch.nn.Linear(hidden_size, 1) for name in learners})
+        for head in self.heads.values():
+            torch.nn.init.zeros_(head.weight)
+            torch.nn.init.zeros_(head.bias)
+
+    def forward(self, learner: str, hidden: torch.Tensor) -> torch.Tensor:
+        """(B,) values of (B, H) hidden states."""
+        head = self.heads[key_of(learner)]
+        return head(hidden.to(head.weight.dtype)).squeeze(-1)
+
+    def params_of(self, learner: str) -> list[torch.nn.Parameter]:
+        return list(self.heads[key_of(learner)].parameters())
+
+
+def key_of(learner: str) -> str:
+    """A learner's key in :class:`ValueHeads` (module names cannot be empty)."""
+    return learner or "default"
+
+
+def hidden_size_of(model) -> int:
+    """The width of ``model``'s last hidden state (its config's ``hidden_size``)."""
+    config = getattr(model, "config", None)
+    size = getattr(config, "hidden_size", None) or getattr(getattr(config, "text_config", None), "hidden_size", None)
+    if not size:
+        raise ValueError(f"data.credit GAE: cannot tell the hidden size of {type(model).__name__} (no "
+                         f"config.hidden_size) for its value head")
+    return int(size)
+
+
+@contextmanager
+def capture_final_hidden(model):
+    """Within the block, ``captured["hidden"]`` is the input of the last call of ``model``'s output
+    embedding (its LM head): the final, normalised hidden states of the columns whose logits were
+    kept, (B, kept, H)."""
+    head = model.get_output_embeddings()
+    if head is None:
+        raise ValueError(f"data.credit GAE: {type(model).__name__} has no output embedding to read the value's "
+                         f"hidden state from")
+    captured: dict[str, torch.Tensor] = {}
+
+    def hook(_module, args, _output):
+        captured["hidden"] = args[0]
+
+    handle = head.register_forward_hook(hook)
+    try:
+        yield captured
+    finally:
+        handle.remove()
+
+
+def prompt_end_hidden(hidden: torch.Tensor, value_column: torch.Tensor) -> torch.Tensor:
+    """(B, H): each row's hidden state at ``value_column`` (B,), a column of the kept window
+    (B, K+1, H): the one that predicts the row's first completion token."""
+    rows = torch.arange(hidden.shape[0], device=hidden.device)
+    return hidden[rows, value_column.to(hidden.device)]
