@@ -550,7 +550,8 @@ class SelfPlayModule(L.LightningModule):
             prefix = f"train/{name}/" if name else "train/"
             metrics.update({f"{prefix}{key}": value for key, value in totals[name].items()})
             metrics[f"{prefix}records"] = counts[name].records
-            metrics[f"{prefix}advantage_mean"] = counts[name].advantage_sum / counts[name].records
+            metrics[f"{prefix}advantage_mean"] = totals[name].get(  # credit that learns values: the trainer's own
+                "value_advantage_mean", counts[name].advantage_sum / counts[name].records)
             s = self.loss_of[name]
             metrics[f"{prefix}entropy_coef"] = s.entropy_coef_at(self.global_step)
             if s.magnet_coef:

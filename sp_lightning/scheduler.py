@@ -296,9 +296,21 @@ def _run_on_new_loop(coroutine):
         return loop.run_until_complete(coroutine)
     finally:
         try:
+            _cancel_the_rest(loop)  # an episode that raised leaves the other lanes pending
             loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             loop.close()
+
+
+def _cancel_the_rest(loop) -> None:
+    """Cancel the tasks still pending on ``loop`` and let them finish inside it (their ``finally``
+    blocks run while the loop runs, as under ``asyncio.run``)."""
+    pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
 
 
 def _in_event_loop() -> bool:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sp_lightning.kv_cache import cache_argument, new_cache
 from sp_lightning.rollout.hf import left_pad
 
 MAX_SHARED_FRACTION = 0.75
@@ -89,15 +90,13 @@ def collate_shared(records: list, pad_id: int):
 def shared_window_logits(model, input_ids, attention_mask, position_ids, shared: SharedPrompts,
                          logits_to_keep: int) -> torch.Tensor:
     """The logits of the last ``logits_to_keep`` suffix columns, the prompts computed once."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     model(input_ids=shared.input_ids, attention_mask=shared.attention_mask, position_ids=shared.position_ids,
-          past_key_values=cache, use_cache=True, logits_to_keep=1)
+          use_cache=True, logits_to_keep=1, **cache_argument(model, cache))
     if cache.get_seq_length() != shared.input_ids.shape[1]:
         raise RuntimeError(f"{type(model).__name__} kept no key/value cache of the prompt pass; "
                            f"set model.share_prompts: false")
     cache.reorder_cache(shared.row_prompt)  # (G, ...) -> (B, ...): each row its prompt's
     mask = torch.cat([shared.attention_mask[shared.row_prompt], attention_mask], dim=1)
-    return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, past_key_values=cache,
-                 use_cache=True, logits_to_keep=logits_to_keep).logits
+    return model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                 logits_to_keep=logits_to_keep, **cache_argument(model, cache)).logits

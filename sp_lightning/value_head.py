@@ -45,13 +45,14 @@ def key_of(learner: str) -> str:
 
 
 def hidden_size_of(model) -> int:
-    """The width of ``model``'s last hidden state (its config's ``hidden_size``)."""
-    config = getattr(model, "config", None)
-    size = getattr(config, "hidden_size", None) or getattr(getattr(config, "text_config", None), "hidden_size", None)
-    if not size:
-        raise ValueError(f"data.credit GAE: cannot tell the hidden size of {type(model).__name__} (no "
-                         f"config.hidden_size) for its value head")
-    return int(size)
+    """The width of the hidden state ``model``'s output embedding reads (its LM head's input, which
+    the value head reads too; not always ``config.hidden_size``: OPT projects it down first)."""
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    if weight is None:
+        raise ValueError(f"data.credit GAE: {type(model).__name__} has no output embedding weight to size its "
+                         f"value head by")
+    return int(weight.shape[-1])
 
 
 @contextmanager

@@ -374,6 +374,8 @@ def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices,
         loaded = dict(PeftModel.from_pretrained(module.model.unload(), killed / "league" / "adapters" /
                                                 f"ckpt-{steps:06d}").named_parameters())
         for key, value in ours["state_dict"].items():
+            if key.startswith("value_heads."):  # the recipe's value head (credit.GAE): no part of the adapter
+                continue
             assert torch.equal(loaded[key.removeprefix("model.")], value), key
     # the resumed lines (killed_at+1..steps) of each rank match the reference's
     for rank in range(devices):
