@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from pinned_recipes import KUHN_LEAGUE_RAE
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLI = [sys.executable, "-m", "sp_lightning.cli"]
 EVAL_SEED = 20261121  # never a validation seed (those are data.eval.seed, 12345 by default)
@@ -44,12 +46,21 @@ RECIPES = {
         "exploitability": "val/kuhn_poker_v1/exploitability",
         "bars": "exploitability <= 0.05 at the result checkpoint and <= 0.08 averaged over the last quarter",
     },
+    # the recipe it replaced (2026-11-27): outcome credit (RAE) and the baselines in the training mix
+    "kuhn_poker_league_tiny_rae": {
+        "config": "configs/kuhn_poker_league_tiny.yaml",
+        "fit_flags": KUHN_LEAGUE_RAE,
+        "opponents": ["bot:random"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "bars": "the comparison for kuhn_poker_league_tiny (same seeds, same machine)",
+    },
     # the same league on 2 DDP ranks (gloo) with the same total episodes per step (64 per rank):
     # its exploitability should sit within the one-rank runs' seed-to-seed spread
     "kuhn_poker_league_tiny_ddp2": {
         "config": "configs/kuhn_poker_league_tiny.yaml",
         "fit_flags": ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp",
-                      "--data.episodes_per_batch", "64"],
+                      "--data.episodes_per_batch", "64", *KUHN_LEAGUE_RAE],  # measured on the recipe before GAE
         "opponents": ["bot:random"],
         "game": "kuhn_poker_v1",
         "exploitability": "val/kuhn_poker_v1/exploitability",
@@ -114,6 +125,7 @@ RECIPES = {
     "kuhn_poker_league_tiny_best_responses": {
         "config": "configs/kuhn_poker_league_tiny.yaml",
         "overlays": ["configs/overlays/best_responses.yaml"],
+        "fit_flags": KUHN_LEAGUE_RAE,  # measured on the recipe before GAE
         "opponents": ["bot:random"],
         "game": "kuhn_poker_v1",
         "exploitability": "val/kuhn_poker_v1/exploitability",
