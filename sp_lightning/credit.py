@@ -549,6 +549,19 @@ class GAE(CreditAssigner):
         return advantages, targets
 
 
+def value_diagnostics(values: list[float], targets: list[float], advantages: list[float]) -> dict[str, float]:
+    """A learned value's figures for a batch (credit that learns values): its mean, the explained
+    variance of the targets (1 - Var(target - V) / Var(target): 1 a perfect value, 0 no better than
+    a constant), and the advantages' mean and std."""
+    _, residual = _mean_std([t - v for t, v in zip(targets, values)])
+    _, spread = _mean_std(targets)
+    advantage_mean, advantage_std = _mean_std(advantages)
+    return {"value_mean": _mean_std(values)[0],
+            "value_explained_variance": 1.0 - residual ** 2 / spread ** 2 if spread > 0 else 0.0,
+            "value_advantage_mean": advantage_mean,
+            "value_advantage_std": advantage_std}
+
+
 class EpisodicRewardCredit(CreditAssigner):
     """The return itself as the advantage, no baseline (REINFORCE): the role's episode reward
     plus the step's own reward."""

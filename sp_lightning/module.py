@@ -26,6 +26,7 @@ from sp_lightning.losses import (
     gather_logprobs, legal_magnet_kl, legal_move_entropy, masked_mean, policy_gradient_loss, token_entropy,
 )
 from sp_lightning import distributed, sharding
+from sp_lightning.credit import value_diagnostics
 from sp_lightning.data import callbacks_of
 from sp_lightning.engine import engine_of
 from sp_lightning.learners import (
@@ -263,25 +264,6 @@ class _UpdateInputs:
 
     temperature: float
     importance_sampling: bool
-
-
-def _value_diagnostics(values: list[float], targets: list[float], advantages: list[float]) -> dict[str, float]:
-    """The value head's figures for a batch: its mean, the explained variance of the targets
-    (1 - Var(target - V) / Var(target): 1 a perfect value, 0 no better than a constant), and the
-    advantages' mean and std."""
-    count = max(len(values), 1)
-
-    def variance(xs):
-        mean = sum(xs) / max(len(xs), 1)
-        return sum((x - mean) ** 2 for x in xs) / max(len(xs), 1)
-
-    residual = variance([t - v for t, v in zip(targets, values)])
-    spread = variance(targets)
-    mean_advantage = sum(advantages) / count
-    return {"value_mean": sum(values) / count,
-            "value_explained_variance": 1.0 - residual / spread if spread > 0 else 0.0,
-            "value_advantage_mean": mean_advantage,
-            "value_advantage_std": math.sqrt(variance(advantages))}
 
 
 def uses_importance_sampling(loss: LossSettings, worker) -> bool:
@@ -635,8 +617,7 @@ class SelfPlayModule(L.LightningModule):
             hidden = prompt_end_hidden(captured["hidden"], micro.tensors.value_column)
             values.extend(self.value_heads(name, hidden).float().cpu().tolist())
         for _ in range(fillers):  # sharded: every rank runs as many forward passes
-            ids = torch.full((1, 2), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
-            self.model(input_ids=ids, logits_to_keep=1)
+            self._filler_forward()
         records = [r for micro in micro_batches for r in micro.records]
         advantages, targets = credit.advantages(records, values)
         start = 0
@@ -646,7 +627,7 @@ class SelfPlayModule(L.LightningModule):
             micro.tensors.advantages = torch.tensor(advantages[start:end], dtype=torch.float, device=device)
             micro.value_targets = torch.tensor(targets[start:end], dtype=torch.float, device=device)
             start = end
-        return _value_diagnostics(values, targets, advantages)
+        return value_diagnostics(values, targets, advantages)
 
     def _value_loss(self, name: str, micro: _MicroBatch, hidden: torch.Tensor, coef: float, train_trunk: bool,
                     num_records: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -730,12 +711,16 @@ class SelfPlayModule(L.LightningModule):
         whose every pass gathers each layer's weights from all ranks (a rank that skipped one
         would leave the others waiting). The same passes in the same order as a real micro-batch:
         the policy's forward, the reference forward when the KL term runs, the backward."""
-        ids = torch.full((1, 2), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
-        logits = self.model(input_ids=ids, logits_to_keep=1).logits
+        logits = self._filler_forward()
         if s.kl_coef > 0 and self.uses_adapter:
             with torch.no_grad(), self.model.disable_adapter():
-                self.model(input_ids=ids, logits_to_keep=1)
+                self._filler_forward()
         self.manual_backward(logits.sum() * 0.0)
+
+    def _filler_forward(self) -> torch.Tensor:
+        """The policy's forward on two padding tokens (a sharded rank's stand-in pass); its logits."""
+        ids = torch.full((1, 2), self.tokenizer.pad_token_id, dtype=torch.long, device=self.device)
+        return self.model(input_ids=ids, logits_to_keep=1).logits
 
     def _clipped_and_finite(self, name: str, totals: dict[str, float]) -> bool:
         """Clip learner ``name``'s summed gradient (its own ``grad_clip``; ``totals`` gains its
