@@ -37,7 +37,8 @@ recipes as the reference recorded them, so that a change of a shipped recipe is 
 change of what the code computes."""
 FROZEN = os.path.join(HERE, "results", "behaviour_configs")
 REFERENCE = os.path.join(HERE, "results", "behaviour_reference.json")
-TIMING = ("seconds", "tokens_per_s", "/lr", "wait_", "queue_depth", "running_requests", "adapter_load")
+TIMING = ("seconds", "tokens_per_s", "/lr", "wait_", "queue_depth", "running_requests", "adapter_load", "_ms",
+          "peak_memory")
 """Figures that measure time or the machine, not what the run computed."""
 
 

@@ -55,6 +55,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass, field
 
 import torch
 
@@ -71,6 +72,24 @@ PROMPTS = 8
 MAX_NEW_TOKENS = 8
 LR = 1e-4
 SETTINGS = PolicySettings(model="tiny", lora=LoraSettings(r=16, alpha=32))
+
+
+@dataclass
+class Work:
+    """What both trainers do each step: ``prompts`` (text, legal moves) each completed
+    ``generations`` times with at most ``max_new_tokens`` tokens, by ``policy`` (loaded the same
+    way for both), on the GPU (bf16 throughout) or the CPU. ``benchmarks/gpu_check.py`` runs the
+    same comparison on a GPU with a real-architecture model and long answers."""
+
+    prompts: list[tuple[str, list[str]]]
+    generations: int = 8
+    max_new_tokens: int = MAX_NEW_TOKENS
+    policy: PolicySettings = field(default_factory=lambda: SETTINGS)
+    gpu: bool = False
+
+    @property
+    def batch(self) -> int:
+        return len(self.prompts) * self.generations
 
 
 def board_prompts(count: int) -> list[tuple[str, list[str]]]:
@@ -117,7 +136,10 @@ class PromptArena(Arena):
         return requests
 
 
-def run_ours(prompts, generations: int, steps: int, warmup: int, share_prompts: bool = True) -> dict[str, list[float]]:
+def run_ours(work: Work, steps: int, warmup: int, share_prompts: bool = True,
+             module_class=None) -> dict[str, list[float]]:
+    """Our trainer on ``work`` for ``warmup + steps`` steps: the measured steps' figures.
+    ``module_class``: a subclass of ``SelfPlayModule`` to run instead (a profiling one)."""
     import lightning as L
 
     from sp_lightning.data import SelfPlayDataModule
@@ -132,16 +154,18 @@ def run_ours(prompts, generations: int, steps: int, warmup: int, share_prompts: 
                            tokens=sum(len(r.prompt_ids) + len(r.completion_ids) for r in played.records),
                            inner=float(trainer.callback_metrics["train/update_seconds"]))
 
-    module = SelfPlayModule(policy=SETTINGS, optimizer=OptimizerSettings(lr=LR, grad_clip=None),
-                            micro_batch_size=len(prompts) * generations, micro_batch_tokens=None,
-                            share_prompts=share_prompts)
-    dm = SelfPlayDataModule(arena=functools.partial(PromptArena, prompts, generations), episodes_per_batch=len(prompts) * generations,
-                            sampling=SamplingSettings(max_new_tokens=MAX_NEW_TOKENS, temperature=1.0),
+    module = (module_class or SelfPlayModule)(
+        policy=work.policy, optimizer=OptimizerSettings(lr=LR, grad_clip=None), micro_batch_size=work.batch,
+        micro_batch_tokens=None, share_prompts=share_prompts)
+    dm = SelfPlayDataModule(arena=functools.partial(PromptArena, work.prompts, work.generations),
+                            episodes_per_batch=work.batch,
+                            sampling=SamplingSettings(max_new_tokens=work.max_new_tokens, temperature=1.0),
                             credit=GRPO(group_by=["episode"]))
+    device = dict(accelerator="gpu", precision="bf16-true") if work.gpu else dict(accelerator="cpu")
     with tempfile.TemporaryDirectory() as root:
         trainer = L.Trainer(max_steps=warmup + steps, logger=False, enable_checkpointing=False,
                             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-                            num_sanity_val_steps=0, callbacks=[Clock()], default_root_dir=root, accelerator="cpu")
+                            num_sanity_val_steps=0, callbacks=[Clock()], default_root_dir=root, **device)
         clock.start()
         trainer.fit(module, datamodule=dm)
     return clock.measured(warmup)
@@ -149,13 +173,15 @@ def run_ours(prompts, generations: int, steps: int, warmup: int, share_prompts: 
 
 # ---- TRL ------------------------------------------------------------------------------------------
 
-def run_trl(prompts, generations: int, steps: int, warmup: int) -> dict[str, list[float]]:
+def run_trl(work: Work, steps: int, warmup: int) -> dict[str, list[float]]:
+    """TRL's GRPOTrainer on ``work`` for ``warmup + steps`` steps: the measured steps' figures."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    model, tokenizer = load_policy(SETTINGS)  # the same peft model: TRL takes a PeftModel as it is
+    prompts, generations = work.prompts, work.generations
+    model, tokenizer = load_policy(work.policy)  # the same peft model: TRL takes a PeftModel as it is
     rendered = [tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                               add_generation_prompt=True) for text, _ in prompts]
     legal_by_prompt = {r: legal for r, (_, legal) in zip(rendered, prompts)}
@@ -166,11 +192,14 @@ def run_trl(prompts, generations: int, steps: int, warmup: int) -> dict[str, lis
         return [legal_move_reward(c, legal_by_prompt[p]) for p, c in zip(prompts, completions)]
 
     clock = StepClock()
-    batch = len(prompts) * generations
+    batch = work.batch
+    # transformers renamed gradient_checkpointing (5.17, the GPU machines') to activation_checkpointing
+    no_checkpointing = {("activation_checkpointing" if "activation_checkpointing" in GRPOConfig.__dataclass_fields__
+                         else "gradient_checkpointing"): False}
     with tempfile.TemporaryDirectory() as root:
         config = GRPOConfig(
-            output_dir=root, use_cpu=True, bf16=False, activation_checkpointing=False, report_to="none",
-            per_device_train_batch_size=batch, num_generations=generations, max_completion_length=MAX_NEW_TOKENS,
+            output_dir=root, use_cpu=not work.gpu, bf16=work.gpu, report_to="none", **no_checkpointing,
+            per_device_train_batch_size=batch, num_generations=generations, max_completion_length=work.max_new_tokens,
             temperature=1.0, learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=0.0,
             beta=0.0, num_iterations=1, steps_per_generation=1, max_steps=warmup + steps, logging_strategy="no",
             save_strategy="no", shuffle_dataset=False, seed=0, disable_tqdm=True, dataloader_num_workers=0,
@@ -211,14 +240,17 @@ class StepClock:
         self.last = time.perf_counter()
 
     def step_end(self, tokens: int, generation: float, inner: float = float("nan")) -> None:
+        if torch.cuda.is_available():  # the step's queued kernels count in its own time
+            torch.cuda.synchronize()
         now = time.perf_counter()
         step = now - self.last
         self.last = now
-        self.rows.append({"step": step, "update": step - generation, "tokens": float(tokens), "inner": inner})
+        self.rows.append({"step": step, "update": step - generation, "generation": generation,
+                          "tokens": float(tokens), "inner": inner})
 
     def measured(self, warmup: int) -> dict[str, list[float]]:
         rows = self.rows[warmup:]
-        return {key: [r[key] for r in rows] for key in ("step", "update", "tokens", "inner")}
+        return {key: [r[key] for r in rows] for key in ("step", "update", "generation", "tokens", "inner")}
 
 
 def main() -> None:
@@ -232,7 +264,7 @@ def main() -> None:
     from sp_lightning.threads import configure_torch_threads
 
     threads = configure_torch_threads()
-    prompts = board_prompts(PROMPTS)
+    work = Work(board_prompts(PROMPTS), generations=opts.generations)
     ours: dict[str, list[float]] = {"step": [], "update": [], "tokens": [], "inner": []}
     plain: dict[str, list[float]] = {"step": [], "update": [], "tokens": [], "inner": []}
     trl: dict[str, list[float]] = {"step": [], "update": [], "tokens": [], "inner": []}
@@ -240,7 +272,7 @@ def main() -> None:
     for _ in range(opts.rounds):
         for run, into in ((run_ours, ours), (run_trl, trl), (ours_plain, plain)):
             torch.manual_seed(0)
-            got = run(prompts, opts.generations, opts.steps, opts.warmup)
+            got = run(work, opts.steps, opts.warmup)
             for key in into:
                 into[key] += got[key]
     med = statistics.median

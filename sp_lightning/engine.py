@@ -35,6 +35,7 @@ from sp_lightning import distributed
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena
 from sp_lightning.async_rollouts import AsyncCollector, AsyncRolloutSettings
+from sp_lightning.device_memory import PeakMemory
 from sp_lightning.batch import Batch
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
@@ -249,7 +250,11 @@ class Engine:
         its records beyond the lag bound dropped."""
         if self.collector is not None:
             return self.collector.next_batch(trainer_version=self.worker.policy_version)
-        return self.play_next_batch()
+        with PeakMemory() as peak:
+            batch = self.play_next_batch()
+        if peak.bytes is not None:  # on a GPU: what playing the batch held at its peak
+            batch.metrics["rollout/peak_memory_gib"] = peak.bytes / 2**30
+        return batch
 
     def play_next_batch(self) -> Batch:
         """Batch ``arena.steps_done`` played from its own stream ``(seed, rank, index)``, with

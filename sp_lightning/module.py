@@ -28,6 +28,7 @@ from sp_lightning.losses import (
 from sp_lightning import distributed, sharding
 from sp_lightning.credit import value_diagnostics
 from sp_lightning.data import callbacks_of
+from sp_lightning.device_memory import PeakMemory
 from sp_lightning.engine import engine_of
 from sp_lightning.learners import (
     LearnerSettings, Learners, activate, adapter_of, overridden, params_of, trainable_again,
@@ -508,15 +509,17 @@ class SelfPlayModule(L.LightningModule):
         how = {name: _UpdateInputs(temperature=float(engine.sampling.temperature),
                                    importance_sampling=uses_importance_sampling(self.loss_of[name], engine.worker))
                for name in names}
-        with engine.update_overlap():  # asynchronous collection plays the next batches meanwhile
-            totals, passes = self._update(opt, mine, how, counts)
+        with engine.update_overlap(), PeakMemory(enabled=engine.collector is None) as peak:
+            totals, passes = self._update(opt, mine, how, counts)  # async collection plays meanwhile
         if not any(passes.values()):  # nothing learnt from this batch
             self._log_rollout(batch.metrics)
             return None
         for name in names:
             if passes[name] == self.update_epochs:
                 self.nonfinite_in_a_row[name] = 0
+        sync_start = time.perf_counter()
         engine.worker.sync_weights(self.global_step)
+        sync_seconds = time.perf_counter() - sync_start
         # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
         # earlier passes moved the policy from the one that played) ----
         elapsed = time.perf_counter() - start
@@ -525,7 +528,11 @@ class SelfPlayModule(L.LightningModule):
         # only the wait for it, the rest overlapped the previous update) and learning from it
         played = batch.metrics.get("rollout/wait_seconds", batch.metrics.get("rollout/seconds", 0.0))
         metrics = distributed.mean_metrics({"train/tokens_per_s": trained_tokens / max(elapsed, 1e-9),
-                                            "train/update_seconds": elapsed, "train/step_seconds": elapsed + played})
+                                            "train/update_seconds": elapsed, "train/step_seconds": elapsed + played,
+                                            "rollout/weight_sync_ms": 1000 * sync_seconds,
+                                            "rollout/weight_sync_bytes": float(engine.worker.last_sync_bytes)})
+        if peak.bytes is not None:  # on a GPU: what the update held at its peak
+            metrics["train/peak_memory_gib"] = peak.bytes / 2**30
         for k, name in enumerate(names):
             if not counts[name].records:
                 continue

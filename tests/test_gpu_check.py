@@ -1,6 +1,11 @@
-"""benchmarks/gpu_check.py at its tiny size on a CPU, so that the first GPU's check cannot rot:
-the random-init Qwen3 directory, the colocated vLLM fit, raw ``LLM.generate`` on the fit's own
-prompts, and several LoRA adapters in one batch. Runs where vLLM is installed (`.venv-vllm`)."""
+"""benchmarks/gpu_check.py at its tiny size on a CPU, so that the GPU check cannot rot: every
+stage of each backend runs for real and the check fails if one fails.
+
+- ``--backend hf`` (the GPU machines we borrow have no vLLM): the Hugging Face fit with its
+  recorded generate calls, raw ``generate`` and the worker's sampler on those calls with a
+  profile of one call each, and ours against TRL's GRPOTrainer on long answers.
+- ``--backend vllm``: the colocated vLLM fit, raw ``LLM.generate`` on the fit's own prompts, and
+  several LoRA adapters in one batch; where vLLM is installed (``.venv-vllm``)."""
 
 import json
 import os
@@ -12,16 +17,43 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.slow
-def test_gpu_check_runs_at_tiny_size_and_reports_every_figure(tmp_path):
-    pytest.importorskip("vllm")
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_check.py"), "--size", "tiny",
-                             "--steps", "3", "--out", str(tmp_path)], capture_output=True, text=True, timeout=900,
-                            cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-4000:]
+def run_check(tmp_path, backend: str) -> tuple[subprocess.CompletedProcess, dict]:
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_check.py"), "--backend", backend,
+                             "--size", "tiny", "--steps", "3", "--out", str(tmp_path)], capture_output=True, text=True,
+                            timeout=900, cwd=ROOT)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     config = json.loads((tmp_path / "qwen3-tiny-random" / "config.json").read_text())
     assert config["architectures"] == ["Qwen3ForCausalLM"]
+    assert report["failed"] == {} and report["backend"] == backend
+    return result, report
+
+
+@pytest.mark.slow
+def test_the_hf_check_runs_at_tiny_size_and_reports_every_figure(tmp_path):
+    pytest.importorskip("trl")
+    result, report = run_check(tmp_path, "hf")
+    fit, raw, trl = report["fit"], report["raw"], report["trl"]
+    assert len(fit["steps"]) == 3 and fit["process_peak_rss_bytes"] > 0
+    for step in fit["steps"]:
+        assert step["rollout/tokens_per_s"] > 0 and step["train/tokens_per_s"] > 0
+        # the worker generates from its own copy: each step's LoRA weights are copied into it
+        assert step["rollout/weight_sync_bytes"] > 0 and step["rollout/weight_sync_ms"] > 0
+    # raw replays the very calls of the fit's second batch, and both ways generate the same tokens
+    assert raw["version"] == 1 and raw["calls"] > 0
+    most = raw["rows"] * report["settings"]["max_new_tokens"]
+    assert all(0 < n <= most for n in (raw["generate"]["tokens"], raw["sampler"]["tokens"], raw["arena_tokens"]))
+    assert raw["generate"]["profile"]["top_host"] and raw["sampler"]["profile"]["top_host"]
+    assert trl["ours"]["training_tokens_per_s"] > 0 and trl["trl"]["training_tokens_per_s"] > 0
+    assert trl["training_ours_over_trl"] > 0 and trl["ours_update_profile"]["top_host"]
+    out = result.stdout
+    assert "peak memory" in out and "step split" in out and "raw generate" in out and "vs TRL" in out
+
+
+@pytest.mark.slow
+def test_the_vllm_check_runs_at_tiny_size_and_reports_every_figure(tmp_path):
+    pytest.importorskip("vllm")
+    result, report = run_check(tmp_path, "vllm")
     fit, raw, lora = report["fit"], report["raw"], report["multi_lora"]
     assert len(fit["steps"]) == 3 and fit["process_peak_rss_bytes"] > 0
     assert all(s["rollout/tokens_per_s"] > 0 and s["train/tokens_per_s"] > 0 for s in fit["steps"])

@@ -88,6 +88,10 @@ class RolloutWorker(ABC):
     """Completion tokens generated so far (a running count, for throughput metrics)."""
     adapter_load_seconds: float = 0.0
     """Seconds spent loading adapters so far (a running total)."""
+    last_sync_bytes: int = 0
+    """Bytes the last :meth:`sync_weights` copied or sent to the engine (0 where nothing crossed at
+    the sync: an engine reading the trainer's own weights, or one that loads them at its next
+    generate)."""
     tokenizer = None
     """The tokenizer prompts are encoded with; None for a backend that sends text."""
 

@@ -148,6 +148,7 @@ class HFRolloutWorker(RolloutWorker):
         ``on_validation_start``) Lightning has moved the trainer's model to its device and dtype
         and restored a resumed run's weights. Without ``own_copy`` the worker reads the trainer's
         own weights and there is nothing to copy."""
+        self.last_sync_bytes = 0
         if not self.own_copy:
             return
         # never inference tensors (a standalone validate calls this under inference_mode): the
@@ -162,6 +163,7 @@ class HFRolloutWorker(RolloutWorker):
             for name, p in trained.items():
                 mine[name].copy_(p)
             self._published_key = key
+            self.last_sync_bytes = sum(p.numel() * p.element_size() for p in trained.values())
 
     def keep_unsharded_copy(self, device) -> None:
         """With ``own_copy``: the copy is taken now, whole, before the trainer's model is sharded
