@@ -53,7 +53,9 @@ SHAPES = {  # Qwen3's published configs (hidden, layers, heads, kv heads, head d
 }
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 GPU_DEFAULTS = {  # per backend: steps, episodes per batch, answer tokens of the fit
-    "hf": dict(steps=5, episodes=64, max_new_tokens=32, long_tokens=256, trl_steps=2),
+    # hf: sized for one 10-minute command per size on the borrowed H200 (2026-11-27: a decode step
+    # took 65-100 ms at either size, a 64-game batch of 16-token answers 12 s, the raw stage 100 s)
+    "hf": dict(steps=4, episodes=64, max_new_tokens=16, long_tokens=256, trl_steps=1),
     "vllm": dict(steps=24, episodes=64, max_new_tokens=1024, long_tokens=0, trl_steps=0),
 }
 CPU_DEFAULTS = dict(steps=3, episodes=4, max_new_tokens=2, long_tokens=8, trl_steps=1)
@@ -170,11 +172,13 @@ def versions() -> dict:
             found[name] = importlib.import_module(name).__version__
         except ImportError:
             found[name] = None
-    try:
-        found["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                         text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        found["commit"] = os.environ.get("SP_LIGHTNING_COMMIT")  # a copy of the tree without .git
+    found["commit"] = os.environ.get("SP_LIGHTNING_COMMIT")  # a copy of the tree whose .git may be stale
+    if not found["commit"]:
+        try:
+            found["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                                             text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
     return found
 
 

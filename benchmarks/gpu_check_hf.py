@@ -9,10 +9,13 @@ there), and for the test suite at tiny size on a CPU. See ``gpu_check.py``.
    bytes, generation and training tokens/s, and the peak memory of each phase.
 2. **raw**: the generate calls of one batch of the fit (its second: the first warms up),
    replayed with the same prompts in the same batches and the same sampling, on the same model
-   as the worker serves it (peft, unmerged LoRA), through ``model.generate``, and through the
-   worker's own sampler alone; and a torch profile of one call each way. Arena against raw
-   generate is the share issue 39 asks about; the sampler and the recorded call times split the
-   gap into the arena's own overhead (envs, prompts, scoring) and the generate loop's.
+   as the worker serves it (peft, unmerged LoRA), through ``model.generate``, through the
+   worker's own sampler alone, and through the sampler on a copy with the LoRA merged in (what
+   ``merge_learner: true`` serves); and a torch profile of one call each way. Arena against raw
+   generate is the share the GPU check exists to measure; the sampler and the recorded call
+   times split the gap into the arena's own overhead (envs, prompts, scoring) and the generate
+   loop's; the merged row measures the first lever the profile points to (on the H200 a decode
+   step is bound by launching ~3,000 kernels, two thirds of its matmuls the LoRA's).
 3. **trl**: ours against TRL's ``GRPOTrainer`` (``benchmarks/bench_trl.py``) on the same model,
    LoRA and work: 8 Tic-Tac-Toe prompts x 8 completions with long answers (``--long_tokens``: a
    random-weight model rarely stops, so decode dominates as for a thinking model); training
@@ -98,6 +101,7 @@ def stage_raw(args) -> dict:
     from sp_lightning.model import load_policy
     from sp_lightning.rollout.base import SamplingSettings
     from sp_lightning.rollout.hf import left_pad
+    from sp_lightning.rollout.merged_copy import MergedCopy
     from sp_lightning.rollout.sampler import sample
 
     with open(os.path.join(args.out, "calls.jsonl")) as f:
@@ -124,8 +128,13 @@ def stage_raw(args) -> dict:
     result = {"version": version, "calls": len(batch), "rows": sum(len(c["prompts"]) for c in batch),
               "arena_generate_call_seconds": sum(c["seconds"] for c in batch),
               "arena_tokens": sum(c["tokens"] for c in batch)}
+    merged = MergedCopy(model)  # the learner's LoRA merged into a copy of the weights (merge_learner)
+
+    def with_merged_sampler(input_ids, attention_mask):
+        return sample(merged.get(), input_ids, attention_mask, sampling, eos, pad)[0]
+
     with torch.no_grad():
-        for name, run in (("generate", with_generate), ("sampler", with_sampler)):
+        for name, run in (("generate", with_generate), ("sampler", with_sampler), ("merged_sampler", with_merged_sampler)):
             run(*tensors[0])  # warm-up
             seconds, tokens = [], 0
             for input_ids, attention_mask in tensors:
@@ -242,16 +251,18 @@ def report(results: dict, median) -> list[str]:
     if fit and raw:
         arena = [s for s in fit["steps"] if s.get("rollout/policy_version") == raw["version"]]
         arena_tps = arena[0]["rollout/tokens_per_s"] if arena else float("nan")
-        gen, smp = raw["generate"], raw["sampler"]
+        gen, smp, merged = raw["generate"], raw["sampler"], raw["merged_sampler"]
         share_calls = raw["arena_generate_call_seconds"] / arena[0]["rollout/seconds"] if arena else float("nan")
         lines += [
             f"  generation vs raw generate (batch {raw['version']}: {raw['calls']} calls, {raw['rows']} rows): arena "
-            f"{arena_tps:,.0f} tokens/s, raw generate {gen['tokens_per_s']:,.0f}, raw sampler {smp['tokens_per_s']:,.0f}; "
+            f"{arena_tps:,.0f} tokens/s, raw generate {gen['tokens_per_s']:,.0f}, raw sampler {smp['tokens_per_s']:,.0f}, "
+            f"merged {merged['tokens_per_s']:,.0f}; "
             f"share of raw generate {arena_tps / gen['tokens_per_s']:.2f}; the arena's generate calls are "
             f"{share_calls:.0%} of its play",
             f"  one call profiled: generate {gen['profile']['device_busy_share']:.0%} device-busy, "
             f"{gen['profile']['kernel_launches']:,} launches; sampler {smp['profile']['device_busy_share']:.0%}, "
-            f"{smp['profile']['kernel_launches']:,} launches",
+            f"{smp['profile']['kernel_launches']:,} launches; merged {merged['profile']['device_busy_share']:.0%}, "
+            f"{merged['profile']['kernel_launches']:,} launches",
         ]
     if trl:
         ours, theirs = trl["ours"], trl["trl"]
