@@ -1,12 +1,10 @@
 """Seconds per training step with asynchronous rollout collection against synchronous (suite row 6).
 
 Short fits of one config (default ``configs/tictactoe_tiny.yaml``; ``--config
-configs/tictactoe_vllm_tiny.yaml --backend vllm`` in the vLLM environment), three ways:
+configs/tictactoe_vllm_tiny.yaml --backend vllm`` in the vLLM environment), two ways:
 
-- **sync, shared weights** (the baseline): the default loop, the Hugging Face worker generating
-  with the trainer's model (``--backend vllm``: the vLLM engine, synchronous);
-- **sync, own copy**: the worker generates from a copy of its own, copied at every sync (what
-  asynchronous collection needs; HF only);
+- **sync** (the baseline): the default loop, the worker (Hugging Face or vLLM) generating from
+  its own copy of the weights, which the weight path updates after each step;
 - **async**: ``data.async_rollouts`` (queue 1, the default lag bound): the next batch is played
   while the trainer steps.
 
@@ -30,7 +28,6 @@ import time
 
 import lightning as L
 
-HF_OWN_COPY = '{"class_path": "sp_lightning.rollout.HFRolloutWorker", "init_args": {"own_copy": true}}'
 ASYNC = '{"enabled": true, "queue_size": 1, "max_policy_lag": null}'
 
 
@@ -63,11 +60,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    if args.backend == "hf":
-        ways = {"sync, shared weights": [], "sync, own copy": ["--data.rollout", HF_OWN_COPY],
-                "async, own copy": ["--data.rollout", HF_OWN_COPY, "--data.async_rollouts", ASYNC]}
-    else:
-        ways = {"sync, vLLM": [], "async, vLLM": ["--data.async_rollouts", ASYNC]}
+    ways = {f"sync, {args.backend}": [], f"async, {args.backend}": ["--data.async_rollouts", ASYNC]}
     times: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(args.repeats):
         for name, overrides in ways.items():

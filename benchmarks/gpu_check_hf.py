@@ -42,10 +42,10 @@ class CallRecordingHFWorker(HFRolloutWorker):
     ``calls_path``: the learner's weight version, the call's prompt ids, its seconds and the
     tokens it generated, so that raw ``generate`` can replay the very batches the arena sent."""
 
-    def __init__(self, model, tokenizer, calls_path: str, own_copy: bool = False, max_batch_size: int = 256,
-                 max_adapters: int = 8, merge_learner: bool | None = None):
+    def __init__(self, model, tokenizer, calls_path: str, max_batch_size: int = 256, max_adapters: int = 8,
+                 merge_learner: bool | None = None):
         super().__init__(model, tokenizer, max_batch_size=max_batch_size, max_adapters=max_adapters,
-                         merge_learner=merge_learner, own_copy=own_copy)
+                         merge_learner=merge_learner)
         self.calls_path = calls_path
 
     def _generate_ids(self, prompts, policies, sampling):
@@ -78,7 +78,7 @@ def stage_fit(args) -> dict:
         os.remove(calls)
     flags = fit_flags(args, CONFIG, run)
     flags += ["--data.rollout", json.dumps({"class_path": "gpu_check_hf.CallRecordingHFWorker",
-                                            "init_args": {"calls_path": calls, "own_copy": True, "max_batch_size": 256}})]
+                                            "init_args": {"calls_path": calls, "max_batch_size": 256}})]
     if not on_gpu():
         flags += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]
     with PeakSampler() as device:

@@ -103,6 +103,9 @@ class TeacherWorker(RolloutWorker):
     def generate(self, requests, sampling):
         return [Completion(text=MOVES[teacher(r.messages[-1]["content"])[0][0]], policy=r.policy) for r in requests]
 
+    def load_weights(self, update):
+        raise NotImplementedError("the teacher plays from its own rules: no weights to load")
+
     def completion_logprobs(self, requests, completions):
         raise NotImplementedError("the teacher scores nothing")
 

@@ -4,25 +4,24 @@ In the default synchronous loop a batch is played, then trained on, then the nex
 the engine idles while the trainer computes gradients and the trainer idles while the engine
 generates. With ``data.async_rollouts: {enabled: true}`` a producer thread plays batches into a
 bounded queue (``queue_size``) while the trainer trains on the previous one. The price is
-staleness: a record may have been sampled by weights some optimizer steps old. Every record
-carries the policy version that generated it; the trainer's version minus that is the record's
-*lag*, in optimizer steps. Records whose lag exceeds ``max_policy_lag`` are dropped (and
-counted); the loss corrects the others with truncated importance sampling
-(``loss.importance_sampling``), which is on for every backend that can run asynchronously (their
-engine is not the trainer's model object).
+staleness: a record may have been sampled by weights some training steps old. Every record
+carries the policy version that generated it (the training step whose weights played); the
+trainer's version minus that is the record's *lag*, in training steps. Records whose lag exceeds
+``max_policy_lag`` are dropped (and counted); PPO's clipped ratio to the behaviour logprobs keeps
+the others in check, and another engine's logprobs are corrected with truncated importance
+sampling (``loss.importance_sampling``).
 
 How big the lag gets: a producer faster than the trainer runs ``queue_size`` batches ahead plus
 the one it waits to put, so its records are trained ``queue_size + 1`` batches after they were
-played; a slower one keeps the queue empty and they are trained one batch after. Each batch
-makes ``model.update_epochs`` optimizer steps, so in steady state the lag is at most
-``(queue_size + 1) * update_epochs`` steps: the default bound (null), which drops nothing in
-steady state. A smaller bound makes the queue a buffer whose stale records are thrown away, and
-drops are the price of a producer outrunning the trainer.
+played; a slower one keeps the queue empty and they are trained one batch after. A batch is one
+training step, so in steady state the lag is at most ``queue_size + 1``: the default bound
+(null), which drops nothing in steady state. A smaller bound makes the queue a buffer whose stale
+records are thrown away, and drops are the price of a producer outrunning the trainer.
 
-Only backends whose engine holds a copy of the weights of its own can run this way
-(``RolloutWorker.supports_async``): vLLM in-process, OpenAI-compatible servers, and the Hugging
-Face worker with ``own_copy: true``. The default Hugging Face worker generates with the
-trainer's model object, which the optimizer changes in place.
+Every backend that serves the trainer's weights holds a copy of its own, written only by the
+weight path (``RolloutWorker.load_weights``), so each can run this way
+(``RolloutWorker.supports_async``): the Hugging Face worker, vLLM in-process, OpenAI-compatible
+servers.
 
 Two threads share the arena (its source, the league's opponent sampler, the bots' random
 streams, the episode log) and the rollout worker. One lock, the arena *baton*, makes the arena
@@ -34,8 +33,8 @@ promotions, checkpoints) and validation see an arena that does not change under 
 called inside the update (``on_after_backward``, ``on_before_optimizer_step``) must not touch it. A second lock serialises every call into the
 worker (vLLM's engine client and an HTTP pool are not for two threads at once); the producer
 never waits for the baton while holding it, so the two cannot deadlock. Weights reach the
-engine on the trainer's thread (``publish_weights`` right after ``sync_weights``): the producer
-never reads weights mid-update.
+engine on the trainer's thread (``load_weights``, from the weight path's callback at the end of
+each step, when the trainer holds the baton again): the producer never reads weights mid-update.
 
 A resumed asynchronous run continues from the batch count of its checkpoint but does not replay
 the unbroken run's games exactly (which batch a version trains on depends on timing); the batches
@@ -65,9 +64,9 @@ class AsyncRolloutSettings:
     queue_size: int = 1
     """Finished batches waiting for the trainer; the producer blocks on a full queue."""
     max_policy_lag: int | None = None
-    """A record sampled more than this many optimizer steps ago is dropped (and counted), never
-    trained on. Null: ``(queue_size + 1) * model.update_epochs``, which drops nothing in steady
-    state (see the module docstring)."""
+    """A record sampled more than this many training steps ago is dropped (and counted), never
+    trained on. Null: ``queue_size + 1``, which drops nothing in steady state (see the module
+    docstring)."""
 
     def __post_init__(self):
         if not isinstance(self.queue_size, int) or self.queue_size < 1:
@@ -77,11 +76,11 @@ class AsyncRolloutSettings:
                              f"batch played during the previous step have lag 1) or null, got "
                              f"{self.max_policy_lag!r}")
 
-    def lag_bound(self, update_epochs: int = 1) -> int:
-        """The bound in force: the setting, or the steady-state lag of ``update_epochs``."""
+    def lag_bound(self) -> int:
+        """The bound in force: the setting, or the steady-state lag."""
         if self.max_policy_lag is not None:
             return self.max_policy_lag
-        return (self.queue_size + 1) * update_epochs
+        return self.queue_size + 1
 
 
 class ArenaBaton:
@@ -150,10 +149,6 @@ class SerializedWorker(RolloutWorker):
         return self.inner.trains
 
     @property
-    def shares_weights(self) -> bool:
-        return self.inner.shares_weights
-
-    @property
     def supports_async(self) -> bool:
         return self.inner.supports_async
 
@@ -209,19 +204,10 @@ class SerializedWorker(RolloutWorker):
         with self._serialized():
             self.inner.close()
 
-    def sync_weights(self, version: int) -> None:
-        """The new version, written to the engine at once (see ``RolloutWorker.publish_weights``)."""
+    def load_weights(self, update) -> None:
+        """The trainer's weights, into the engine at once, between two of the producer's calls."""
         with self._calls:
-            self.inner.sync_weights(version)
-            self.inner.publish_weights()
-
-    def publish_weights(self) -> None:
-        with self._calls:
-            self.inner.publish_weights()
-
-    def keep_unsharded_copy(self, device) -> None:
-        with self._calls:
-            self.inner.keep_unsharded_copy(device)
+            self.inner.load_weights(update)
 
 
 @contextmanager
@@ -245,13 +231,11 @@ class AsyncCollector:
         settings: Queue size and lag bound.
         play_next_batch: Plays the next batch (the synchronous loop's, so a batch's games depend
             on its index only); called on the producer thread while it holds the baton.
-        update_epochs: Optimizer steps per batch (``model.update_epochs``), for the default bound.
     """
 
-    def __init__(self, worker: RolloutWorker, settings: AsyncRolloutSettings, play_next_batch: Callable[[], Batch],
-                 update_epochs: int = 1):
+    def __init__(self, worker: RolloutWorker, settings: AsyncRolloutSettings, play_next_batch: Callable[[], Batch]):
         self.settings = settings
-        self.max_policy_lag = settings.lag_bound(update_epochs)
+        self.max_policy_lag = settings.lag_bound()
         self.play_next_batch = play_next_batch
         self.baton = ArenaBaton()
         self.stopping = threading.Event()  # shared with the worker: its calls see it
@@ -267,14 +251,13 @@ class AsyncCollector:
         return self.thread is not None and self.thread.is_alive()
 
     def start(self) -> None:
-        """Start the producer (idempotent). The calling thread takes the baton and keeps it,
-        lending it while it waits and trains; the learner's weights reach the engine first, from
-        this thread (an in-process engine also starts here)."""
+        """Start the producer (idempotent), at the first batch the trainer asks for: the weight
+        path has sent the weights training starts from by then. The calling thread takes the
+        baton and keeps it, lending it while it waits and trains."""
         if self.thread is not None:
             return
         if not self.baton.held_here():
             self.baton.take()
-        self.worker.sync_weights(self.worker.policy_version)
         self.stopping.clear()
         self.error = None
         self.thread = threading.Thread(target=self._produce, name="sp-lightning-rollouts", daemon=True)

@@ -54,6 +54,8 @@ def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
                 trajectory=trajectory,
                 turn=turns[trajectory],
                 step_reward=float(step.reward),
+                temperature=c.temperature,
+                logprobs_from_trainer=c.logprobs_from_trainer,
             )
         )
         turns[trajectory] += 1

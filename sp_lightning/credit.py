@@ -67,8 +67,8 @@ Where this departs from the papers:
    advantage as it is and kept out of V (an unbiased choice of baseline that leaves an invalid
    move's penalty on that move in full, so legality is learnt as fast as with outcome credit).
 8. ``GAE``'s advantages are not known when the batch is built: the values come from the model
-   being trained, so ``compute`` gives each step its return (REINFORCE) and the trainer replaces
-   it with :meth:`GAE.advantages` of the records once it has their values (the records carry
+   being trained, so ``compute`` gives each step its return (REINFORCE) and the trainer's value
+   pass replaces it with :meth:`GAE.advantages` of the records once it has their values (the records carry
    their trajectory and position, :class:`~sp_lightning.types.TrainingRecord`). A trajectory is
    one role's trainable decisions in one rollout; the other seats' moves between two of them are
    part of the environment, so ``V`` of the next decision is the value after the opponents'
@@ -123,7 +123,15 @@ def apply_credit(rollouts: list[Rollout], advantages: dict[StepKey, float]) -> N
 
 class CreditAssigner:
     """Subclass and implement ``compute``; ``assign`` applies it to the rollouts in place. An
-    assigner that learns across batches (baselines) checkpoints them through ``state_dict``."""
+    assigner that learns across batches (baselines) checkpoints them through ``state_dict``.
+
+    An estimator that learns values (``learns_values``: :class:`GAE`) has a second half that runs
+    with the trainer: it makes the value heads the trainer optimises (:meth:`value_heads`), turns
+    the values the trainer's forward reads through them into advantages and value targets
+    (:meth:`advantages`), and gives the loss its value term (:meth:`value_term`). The trainer only
+    runs the forward passes they need."""
+
+    learns_values = False
 
     last_stats: dict[str, float] = {}
     """The last batch's statistics for logging; ``compute`` assigns a new dict (never mutate this one)."""
@@ -136,6 +144,18 @@ class CreditAssigner:
 
     def assign(self, rollouts: list[Rollout]) -> None:
         apply_credit(rollouts, self.compute(rollouts))
+
+    def value_heads(self, learners: list[str], hidden_size: int):
+        """The value heads the trainer optimises with the policy (one per learner), or None."""
+        return None
+
+    def advantages(self, records: list, values: list[float]) -> tuple[list[float], list[float]]:
+        """``(advantages, value targets)`` of ``records`` given each one's value."""
+        raise NotImplementedError(f"{type(self).__name__} learns no values")
+
+    def value_term(self, heads):
+        """The value loss term over ``heads`` (``sp_lightning.loss_terms`` interface)."""
+        raise NotImplementedError(f"{type(self).__name__} learns no values")
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to continue (none for a stateless assigner)."""
@@ -500,7 +520,7 @@ class GAE(CreditAssigner):
     """
 
     learns_values = True
-    """The trainer must compute values and call :meth:`advantages` (read by ``SelfPlayModule``)."""
+    """The trainer runs the value pass and the value term (see ``CreditAssigner``)."""
 
     def __init__(self, discount: float = 1.0, lam: float = 0.95, value_coef: float = 0.5, train_trunk: bool = True,
                  normalize: bool = False) -> None:
@@ -525,6 +545,18 @@ class GAE(CreditAssigner):
                 advantages[key] = step_return(rollout, step, self.discount ** later[key[1]])
         self.last_stats = _advantage_stats(list(advantages.values()))
         return advantages
+
+    def value_heads(self, learners: list[str], hidden_size: int):
+        """A linear value head per learner on the policy's last hidden state, zero at the start."""
+        from sp_lightning.value_head import ValueHeads
+
+        return ValueHeads(learners, hidden_size)
+
+    def value_term(self, heads):
+        """``value_coef * 0.5 * (V - target)**2`` through ``heads`` (``value_head.ValueLoss``)."""
+        from sp_lightning.value_head import ValueLoss
+
+        return ValueLoss(heads, self.value_coef, self.train_trunk)
 
     def advantages(self, records: list, values: list[float]) -> tuple[list[float], list[float]]:
         """``(advantages, value targets)`` of ``records`` (``TrainingRecord``) given ``values``, V

@@ -10,12 +10,16 @@ The training set is an IterableDataset whose every item is one freshly played Ba
 consumes it through ``training_step(dataloader_iter)``, which stops Lightning from prefetching,
 so each batch is generated right before the step that trains on it (on-policy). Under DDP every
 rank plays its own games (seeded by rank) and yields one batch per step, so ranks stay in step.
-The validation set holds one item per game: the module plays ``eval.games`` games of it against
-the evaluation opponent, split evenly over the seats (see ``Engine.validate``).
+The validation set holds one item per game: the played validation of that game, ``eval.games``
+games against the evaluation opponent split evenly over the seats (``Engine.validate``), whose
+metrics the module logs. Data flows one way: the module reads what the batches and validation
+items carry and never reads the engine.
 
-A league (``data.league``) is one block: it installs both its opponent sampler (the seats of
-every training game) and its callback (the league on disk, ratings, the evaluator), which the
-module hands Lightning through ``configure_callbacks``.
+What the engine needs from training reaches it through callbacks the DataModule installs when it
+sets up (LightningDataModule has no ``configure_callbacks``; they are added to the Trainer's
+before any callback's ``setup`` runs): the weight path (``sp_lightning.weight_sync``), the
+engine's own hooks (:class:`EngineHooks`) and, with ``data.league``, the league's callback (the
+league on disk, ratings, the evaluator), whose opponent sampler seats every training game.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rollout import RetrySettings, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sources import EpisodeSource
+from sp_lightning.weight_sync import WeightSync
 
 __all__ = ["EvalSettings", "SelfPlayDataModule", "engine_of"]
 
@@ -50,12 +55,43 @@ class _RolloutStream(IterableDataset):
             yield self.engine.next_batch()
 
 
-class _EvalJobs(IterableDataset):
-    def __init__(self, games: list[GameSettings]):
-        self.games = games
+class _Validations(IterableDataset):
+    """One item per game of the run: its validation, played when the item is drawn (after the
+    weight path has sent the weights being validated)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
 
     def __iter__(self):
-        yield from self.games
+        for game in self.engine.games:
+            yield self.engine.validate(game, f"val/{game.name}")
+
+
+class EngineHooks(L.Callback):
+    """The engine's part in a fit: the arena's training hooks, and under asynchronous collection
+    the arena's baton lent to the producer for the whole training step (fetching the batch and
+    the update) and taken back before any other callback's ``on_train_batch_end`` runs (this
+    callback is the first of the Trainer's), so batch-level callbacks and validation see an arena
+    that does not change under them."""
+
+    def __init__(self, datamodule: SelfPlayDataModule):
+        self.datamodule = datamodule
+        self._lent = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.datamodule.engine.on_train_start()
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.datamodule.engine.on_train_end()
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._lent = self.datamodule.engine.update_overlap()
+        self._lent.__enter__()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self._lent is not None:
+            self._lent.__exit__(None, None, None)
+            self._lent = None
 
 
 class SelfPlayDataModule(L.LightningDataModule):
@@ -113,7 +149,7 @@ class SelfPlayDataModule(L.LightningDataModule):
                 steps, with a bounded queue and a bound on the policy lag of what is trained
                 (see sp_lightning.async_rollouts); off by default. Needs a backend whose engine
                 holds its own weights (VLLMRolloutWorker, ServerRolloutWorker, or
-                HFRolloutWorker with own_copy: true).
+                HFRolloutWorker).
         """
         super().__init__()
         games = list(games or [])
@@ -139,6 +175,10 @@ class SelfPlayDataModule(L.LightningDataModule):
         )
         self._engine: Engine | None = None
         self._restored: dict | None = None  # a checkpoint's state loaded before the engine exists
+        self.weight_sync = WeightSync(lambda: self.engine.worker)
+        self.engine_hooks = EngineHooks(self)
+        if self.league_callback is not None:
+            self.league_callback.resend_weights = self.weight_sync.send
 
     # ---- the engine ---------------------------------------------------------------------------
     @property
@@ -150,29 +190,53 @@ class SelfPlayDataModule(L.LightningDataModule):
         return self._engine
 
     def build_engine(self, module, rank: int = 0, world_size: int = 1, fit: bool = False) -> Engine:
-        """Build the run's engine on ``module``'s model, once (later calls return it). ``setup``
-        calls it; ``sp-lightning evaluate``, ``rollout``, ``play`` and ``crossplay`` call it
-        without a Trainer."""
+        """Build the run's engine on ``module``'s model, once (later calls return it): its worker
+        serves a copy of the policy. ``setup`` calls it; ``sp-lightning evaluate``, ``rollout``,
+        ``play`` and ``crossplay`` call it without a Trainer, and then the worker gets the
+        module's weights now (:meth:`send_weights`; in a fit the weight path sends them when
+        training or validation starts)."""
         if self._engine is None:
             self._engine = Engine(self.settings, module.model, module.tokenizer, rank=rank, world_size=world_size,
-                                  update_epochs=module.update_epochs, fit=fit,
+                                  fit=fit,
                                   learners=getattr(module, "learners", None))
             if self._restored is not None:
                 self._engine.load_state_dict(self._restored)
                 self._restored = None
+            if not fit and self._engine.worker.trains:  # a text-only server holds weights of its own
+                self.send_weights(module)
         return self._engine
 
+    def send_weights(self, module, version: int = 0) -> None:
+        """``module``'s weights into the engine's worker, through the weight path: what the
+        commands that play outside a Trainer call after loading a checkpoint into the module."""
+        self.weight_sync.send(module, version)
+
     def callbacks(self) -> list:
-        """The callbacks the config's ``data`` block installs: the league's, with a league."""
-        return [self.league_callback] if self.league_callback is not None else []
+        """The callbacks the ``data`` block installs, in the order they run after the Trainer's
+        own: the weight path, then the league's (which reads the fresh weights, and sends them
+        again after resetting an exploiter). :class:`EngineHooks` goes first of all."""
+        return [self.weight_sync] + ([self.league_callback] if self.league_callback is not None else [])
 
     # ---- Lightning hooks ----------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        self._install_callbacks()
         if self._engine is not None:  # setup runs again for validate after fit
             return
         self.build_engine(self.trainer.lightning_module, rank=self.trainer.global_rank,
                           world_size=self.trainer.world_size, fit=stage == "fit")
         self._engine.start()
+
+    def _install_callbacks(self) -> None:
+        """:meth:`callbacks` among the Trainer's, before its checkpoint callbacks (a checkpoint
+        holds the league as of this step), and :class:`EngineHooks` first; once per Trainer."""
+        from lightning.pytorch.callbacks import Checkpoint
+
+        callbacks = self.trainer.callbacks
+        if self.engine_hooks in callbacks:
+            return
+        at = next((i for i, c in enumerate(callbacks) if isinstance(c, Checkpoint)), len(callbacks))
+        callbacks[at:at] = self.callbacks()
+        callbacks.insert(0, self.engine_hooks)
 
     def teardown(self, stage: str) -> None:
         if self._engine is not None:
@@ -186,7 +250,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         return DataLoader(_RolloutStream(self.engine), batch_size=None, collate_fn=_identity)
 
     def val_dataloader(self):
-        return DataLoader(_EvalJobs(self.settings.games), batch_size=None, collate_fn=_identity)
+        return DataLoader(_Validations(self.engine), batch_size=None, collate_fn=_identity)
 
     def state_dict(self) -> dict:
         """The engine's state (rank 0's at the top level); with several ranks every rank's too,
@@ -207,12 +271,6 @@ class SelfPlayDataModule(L.LightningDataModule):
             self._engine.load_state_dict(state)
         else:  # applied when the engine is built (fit restores after setup; others may not)
             self._restored = state
-
-
-def callbacks_of(trainer) -> list:
-    """The callbacks ``trainer``'s DataModule installs (a league's), for ``configure_callbacks``."""
-    datamodule = getattr(trainer, "datamodule", None)
-    return datamodule.callbacks() if isinstance(datamodule, SelfPlayDataModule) else []
 
 
 def _refuse_overridden_settings(games: list[GameSettings], opponents, league, episodes) -> None:

@@ -173,11 +173,8 @@ def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: boo
                          f"nothing it plays can train; use it with `sp-lightning rollout` or `evaluate`, and "
                          f"a local backend (HFRolloutWorker) for fit")
     if fit and settings.async_rollouts.enabled and not worker.supports_async:
-        raise ValueError(
-            f"data.async_rollouts.enabled: {backend} generates with the trainer's own model object, which "
-            f"the optimizer changes under a generation in flight; give it a copy of its own "
-            f"(data.rollout.init_args.own_copy: true for HFRolloutWorker), use an engine with its own "
-            f"weights (sp_lightning.rollout.VLLMRolloutWorker or ServerRolloutWorker), or set enabled: false")
+        raise ValueError(f"data.async_rollouts.enabled: {backend} cannot play while the trainer steps; use "
+                         f"HFRolloutWorker, VLLMRolloutWorker or ServerRolloutWorker, or set enabled: false")
     if settings.eval.exploitability and not worker.scores_completions:
         raise ValueError(f"data.eval.exploitability: data.rollout {backend} cannot score a policy's moves; "
                          f"turn it off or use HFRolloutWorker / VLLMRolloutWorker")
@@ -199,13 +196,12 @@ class Engine:
         tokenizer: Its tokenizer.
         rank: This process's data-parallel rank (its games' streams; the episode log is rank 0's).
         world_size: The number of data-parallel ranks (validation splits its games over them).
-        update_epochs: Optimizer steps per batch (``model.update_epochs``), for the async lag bound.
         fit: Whether the engine serves a fit (asynchronous collection, the trainable-backend check).
         learners: The module's learners (``model.learners``; None: one unnamed learner).
     """
 
     def __init__(self, settings: EngineSettings, model, tokenizer, *, rank: int = 0, world_size: int = 1,
-                 update_epochs: int = 1, fit: bool = False, learners: Learners | None = None):
+                 fit: bool = False, learners: Learners | None = None):
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
         check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
@@ -226,7 +222,7 @@ class Engine:
         self.credit = settings.credit
         self.seed = settings.seed
         self.rank, self.world_size = rank, world_size
-        self.collector = (AsyncCollector(backend, settings.async_rollouts, self.play_next_batch, update_epochs)
+        self.collector = (AsyncCollector(backend, settings.async_rollouts, self.play_next_batch)
                           if fit and settings.async_rollouts.enabled else None)
         self.worker: RolloutWorker = self.collector.worker if self.collector is not None else backend
         self.online = (OnlineEvaluation(settings.games, settings.eval.opponent, settings.eval.online_games,

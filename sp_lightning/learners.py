@@ -80,6 +80,53 @@ def _all_trainable(model, names: list[str]) -> None:
             param.requires_grad_(True)
 
 
+def trainable_state(model, learner: str) -> dict:
+    """Learner ``learner``'s trainable tensors (its LoRA weights, trainable token rows; never the
+    frozen base), named as peft saves an adapter (the adapter's name left out:
+    ``...q_proj.lora_A.weight``), or by parameter name for a policy trained whole (no LoRA). The
+    live tensors, not copies: what the weight path sends to a rollout backend, which copies them
+    before the next optimizer step (``RolloutWorker.load_weights``)."""
+    adapter = adapter_of(learner)
+    if not learner_adapters(model):
+        return {name: p for name, p in model.named_parameters() if p.requires_grad}
+    return {saved_name(name, adapter): p for name, p in model.named_parameters() if _of_adapter(name, adapter)}
+
+
+def saved_name(parameter: str, adapter: str) -> str:
+    """A parameter's name in a saved adapter: peft's rule, the adapter's name taken out."""
+    return parameter.replace(f".{adapter}", "")
+
+
+def _of_adapter(parameter: str, adapter: str) -> bool:
+    return f".{adapter}." in parameter + "."
+
+
+def state_targets(model, learner: str) -> dict:
+    """The parameters of ``model`` that :func:`trainable_state`'s names of learner ``learner`` are
+    written into (another copy of the same policy: a rollout backend's)."""
+    adapter = adapter_of(learner)
+    if not learner_adapters(model):
+        return dict(model.named_parameters())
+    return {saved_name(name, adapter): p for name, p in model.named_parameters() if _of_adapter(name, adapter)}
+
+
+def save_learner_adapter(model, path: str, learner: str = "") -> str:
+    """Write learner ``learner``'s adapter ("" the one unnamed learner: peft's ``default``) to
+    ``path``, a plain adapter directory that an engine, ``PeftModel.from_pretrained`` or
+    ``checkpoint:<dir>`` loads; returns ``path``."""
+    import os
+    import shutil
+
+    adapter = adapter_of(learner)
+    model.save_pretrained(path, selected_adapters=[adapter])
+    nested = os.path.join(path, adapter)  # peft nests every adapter but ``default`` in a folder
+    if os.path.isdir(nested):
+        for name in os.listdir(nested):
+            os.replace(os.path.join(nested, name), os.path.join(path, name))
+        shutil.rmtree(nested)
+    return path
+
+
 def params_of(model, learner: str) -> list:
     """The trainable parameters of ``learner``'s adapter (all trainable ones for a run with one)."""
     names = learner_adapters(model)
@@ -107,8 +154,8 @@ class LearnerSettings:
 
 
 def overridden(base, overrides: dict[str, Any] | None, key: str):
-    """``base`` (a settings dataclass) with ``overrides`` applied; an unknown key is refused by
-    its full config key."""
+    """``base`` (a settings dataclass) with ``overrides`` applied, a dict over a nested settings
+    block overriding only the keys it names; an unknown key is refused by its full config key."""
     if not overrides:
         return base
     known = {f.name for f in dataclasses.fields(base)}
@@ -116,8 +163,13 @@ def overridden(base, overrides: dict[str, Any] | None, key: str):
     if unknown:
         raise ValueError(f"{key}.{unknown[0]}: not a setting of {type(base).__name__} (expected one of "
                          f"{sorted(known)})")
+    changes = {}
+    for name, value in overrides.items():
+        current = getattr(base, name)
+        nested = isinstance(value, dict) and dataclasses.is_dataclass(current) and not isinstance(current, type)
+        changes[name] = overridden(current, value, f"{key}.{name}") if nested else value
     try:
-        return dataclasses.replace(base, **overrides)
+        return dataclasses.replace(base, **changes)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{key}: {error}") from error
 
@@ -187,3 +239,63 @@ class Learners:
             raise ValueError(f"role {role!r} asked for the learner, and no learner plays it: add it to the roles "
                              f"of one of model.learners ({', '.join(self.settings)})")
         return self.ref(name)
+
+
+# ---- adapter surgery: reset, copy, load ---------------------------------------------------------
+
+def reset_adapter(model, learner: str, seed: int) -> None:
+    """Learner ``learner``'s adapter made fresh again: LoRA A drawn anew from ``seed`` (on forked
+    random streams, so every rank draws the same adapter and the run's own streams are untouched),
+    B and trainable token rows zero: the base model's policy."""
+    import torch
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
+
+    adapter = adapter_of(learner)
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type), \
+            torch.no_grad():
+        torch.manual_seed(seed)
+        for module in model.modules():
+            if isinstance(module, LoraLayer) and adapter in module.lora_A:
+                module.reset_lora_parameters(adapter, True)
+            elif isinstance(module, TrainableTokensLayer) and adapter in module.trainable_tokens_delta:
+                module.trainable_tokens_delta[adapter].zero_()
+
+
+def adapter_twins(model, source: str, target: str) -> list:
+    """Each weight of learner ``target``'s adapter paired with ``source``'s same weight; raises
+    when the two adapters differ in shape (what ``reset_to: main`` needs; the league checks it
+    when training starts)."""
+    mine, theirs = f".{adapter_of(target)}.", f".{adapter_of(source)}."
+    params = dict(model.named_parameters())
+    pairs = []
+    for name, param in params.items():
+        if mine not in name + ".":
+            continue
+        twin = (name + ".").replace(mine, theirs)[:-1]
+        if twin not in params or params[twin].shape != param.shape:
+            raise ValueError(f"data.league.exploiters.reset_to: main needs learner {target!r}'s adapter shaped "
+                             f"as {source!r}'s (model.learners.<name>.lora); {name} has no twin")
+        pairs.append((param, params[twin]))
+    return pairs
+
+
+def copy_adapter(model, source: str, target: str) -> None:
+    """``target``'s adapter weights set to ``source``'s (same LoRA shape required)."""
+    import torch
+
+    with torch.no_grad():
+        for param, twin in adapter_twins(model, source, target):
+            param.copy_(twin)
+
+
+def load_adapter_dir(model, path: str) -> None:
+    """The weights of the peft adapter directory ``path`` into ``model``'s adapter (``default``)."""
+    import os
+
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(os.path.join(path, "adapter_model.safetensors")))
+

@@ -9,8 +9,8 @@ Per token, with ``ratio = exp(logprobs - old_logprobs)`` and ``A`` the sequence'
     pg_loss2 = -A * clip(ratio, 1 - clip_low, 1 + clip_high)
     loss_t   = max(pg_loss1, pg_loss2) + kl_coef * k3(ref_logprobs - logprobs)
 
-then aggregated over masked tokens by one of :data:`AGGREGATIONS` (see
-:func:`policy_gradient_loss`).
+then aggregated over masked tokens by one of :data:`AGGREGATIONS` (see :func:`aggregate`). The
+terms themselves, composed from config, are ``sp_lightning.loss_terms``.
 
 Where this departs from the papers (PPO, Schulman et al. 2017; GRPO, Shao et al. 2024;
 Dr. GRPO, Liu et al. 2025):
@@ -132,130 +132,30 @@ def legal_magnet_kl(logits: Tensor, first_position: Tensor, legal_mask: Tensor) 
     return -torch.log(n.float()) - mean_legal_logp
 
 
-def policy_gradient_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    *,
-    clip_low: float = 0.2,
-    clip_high: float = 0.2,
-    aggregation: str = "token_mean",
-    num_tokens: int | Tensor | None = None,
-    num_sequences: int | Tensor | None = None,
-    max_length: int | None = None,
-    ref_logprobs: Tensor | None = None,
-    kl_coef: float = 0.0,
-    entropy: Tensor | None = None,
-    entropy_coef: float = 0.0,
-    behaviour_logprobs: Tensor | None = None,
-    tis_cap: float | None = None,
-) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped policy-gradient loss and detached diagnostics.
+def aggregate(token_loss: Tensor, mask: Tensor, kind: str, num_tokens: float | Tensor | None = None,
+              num_sequences: float | None = None, max_length: int | None = None) -> Tensor:
+    """A token term ``(B, T)`` as a scalar, over the tokens where ``mask`` (float) is nonzero:
 
-    Args:
-        logprobs: ``(B, T)`` current policy's logprob of each completion token (with grad).
-        old_logprobs: ``(B, T)`` behaviour policy's logprobs (the sampler's).
-        advantages: ``(B,)`` one advantage per sequence.
-        mask: ``(B, T)`` 1 on tokens to train on, 0 on padding.
-        clip_low, clip_high: the ratio is clipped to ``[1 - clip_low, 1 + clip_high]``.
-        aggregation: how ``L = loss_t * mask`` (``(B, T)``) becomes a scalar:
-
-            - ``"token_mean"``: ``sum_{i,t} L / num_tokens``; ``num_tokens`` defaults to
-              ``mask.sum()``. Pass the token count over ALL micro-batches of one optimizer step
-              and summing the micro-batch losses equals the full-batch loss exactly.
-            - ``"sequence_mean"``: ``sum_i (sum_t L_i / mask_i.sum()) / num_sequences``;
-              ``num_sequences`` defaults to ``B``; a sequence with no masked tokens adds 0.
-            - ``"constant"`` (Dr. GRPO): ``sum_{i,t} L / (num_sequences * max_length)``, with
-              ``max_length`` (the generation budget) required.
-
-        num_tokens, num_sequences, max_length: denominators, see ``aggregation``.
-        ref_logprobs: ``(B, T)`` reference policy's logprobs, for the KL penalty.
-        kl_coef: weight of the per-token k3 KL penalty; needs ``ref_logprobs`` when nonzero.
-        entropy: ``(B, T)`` entropy of the policy's next-token distribution at each completion
-            token (with grad), for the entropy bonus.
-        entropy_coef: weight of the bonus: ``loss -= entropy_coef * aggregate(entropy)``;
-            needs ``entropy`` when nonzero. Anneal it to 0 (see module.LossSettings).
-        behaviour_logprobs, tis_cap: truncated importance sampling, for samples drawn by
-            another engine than the trainer (vLLM): ``old_logprobs`` are then the TRAINER's
-            logprobs under the weights that played (the PPO ratio's denominator), and each
-            token's surrogate is weighted by ``min(exp(old - behaviour), tis_cap)`` (detached),
-            correcting for the sampler's numerical drift from the trainer without letting a
-            rare token's weight explode.
-
-    Returns:
-        ``(loss, stats)``. ``stats`` values are detached scalars, each a mean over this call's
-        masked tokens whatever the aggregation and denominators (so micro-batch stats combine
-        exactly when weighted by their token counts): ``pg_loss`` (the clipped surrogate),
-        ``kl`` (the k3 estimate, before ``kl_coef``; 0 without ``ref_logprobs``),
-        ``clip_fraction`` (share of tokens where ``pg_loss2 > pg_loss1``), ``approx_kl``
-        (``(ratio - 1) - log ratio``) and ``ratio_mean``.
+    - ``"token_mean"``: ``sum_{i,t} L / num_tokens``; ``num_tokens`` defaults to ``mask.sum()``.
+      Pass the token count over ALL micro-batches of one optimizer step and summing the
+      micro-batch losses equals the full-batch loss exactly.
+    - ``"sequence_mean"``: ``sum_i (sum_t L_i / mask_i.sum()) / num_sequences``; ``num_sequences``
+      defaults to ``B``; a sequence with no masked tokens adds 0.
+    - ``"constant"`` (Dr. GRPO): ``sum_{i,t} L / (num_sequences * max_length)``, with ``max_length``
+      (the generation budget) required.
     """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-    if aggregation == "constant" and (max_length is None or max_length <= 0):
-        raise ValueError(
-            f'aggregation="constant" needs max_length > 0 (the generation budget in tokens), '
-            f"got max_length={max_length!r}"
-        )
-    if kl_coef != 0.0 and ref_logprobs is None:
-        raise ValueError(f"kl_coef={kl_coef} needs ref_logprobs; pass them or set kl_coef=0")
-    if entropy_coef != 0.0 and entropy is None:
-        raise ValueError(f"entropy_coef={entropy_coef} needs entropy; pass it or set entropy_coef=0")
-
-    keep = mask != 0  # (B, T)
-    mask = mask.to(logprobs.dtype)  # (B, T)
-    zeros = torch.zeros_like(logprobs)  # (B, T)
-    log_ratio = torch.where(keep, logprobs - old_logprobs, zeros)  # (B, T)
-    ratio = log_ratio.exp()  # (B, T)
-    adv = advantages.to(logprobs.dtype).unsqueeze(-1)  # (B, 1)
-
-    pg_loss1 = -adv * ratio  # (B, T)
-    pg_loss2 = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (B, T)
-    pg_token_loss = torch.maximum(pg_loss1, pg_loss2)  # (B, T)
-    tis_weight = None
-    if behaviour_logprobs is not None:
-        if tis_cap is None or tis_cap <= 0:
-            raise ValueError(f"behaviour_logprobs need tis_cap > 0, got {tis_cap!r}")
-        raw_weight = torch.where(keep, old_logprobs - behaviour_logprobs, zeros).detach().exp()  # (B, T)
-        tis_weight = raw_weight.clamp(max=tis_cap)  # (B, T)
-        pg_token_loss = tis_weight * pg_token_loss
-
-    def aggregate(token_loss: Tensor) -> Tensor:
-        total = token_loss * mask  # (B, T)
-        n_seq = total.shape[0] if num_sequences is None else num_sequences
-        if aggregation == "token_mean":
-            n_tok = mask.sum() if num_tokens is None else num_tokens
-            n_tok = torch.as_tensor(n_tok, device=total.device)
-            return total.sum() / n_tok.to(total.dtype).clamp(min=1)
-        if aggregation == "sequence_mean":
-            per_seq = total.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
-            return per_seq.sum() / max(n_seq, 1)
-        return total.sum() / (n_seq * max_length)
-
-    pg_loss = aggregate(pg_token_loss)
-    loss = pg_loss
-    kl_token = zeros  # (B, T)
-    if ref_logprobs is not None:
-        ref_diff = torch.where(keep, ref_logprobs - logprobs, zeros)  # (B, T)
-        kl_token = ref_diff.exp() - ref_diff - 1.0  # (B, T)
-        if kl_coef != 0.0:
-            loss = loss + kl_coef * aggregate(kl_token)
-
-    if entropy is not None and entropy_coef != 0.0:
-        loss = loss - entropy_coef * aggregate(entropy)
-
-    with torch.no_grad():
-        stats = {
-            "pg_loss": masked_mean(pg_token_loss.detach(), mask),
-            "kl": masked_mean(kl_token.detach(), mask),
-            "clip_fraction": masked_mean((pg_loss2 > pg_loss1).to(mask.dtype), mask),
-            "approx_kl": masked_mean((ratio - 1.0 - log_ratio).detach(), mask),
-            "ratio_mean": masked_mean(ratio.detach(), mask),
-        }
-        if entropy is not None:
-            stats["entropy"] = masked_mean(entropy.detach(), mask)
-        if tis_weight is not None:
-            stats["tis_weight_mean"] = masked_mean(tis_weight, mask)
-            stats["tis_truncated_fraction"] = masked_mean((raw_weight > tis_cap).to(mask.dtype), mask)
-    return loss, stats
+    if kind not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {kind!r}")
+    total = token_loss * mask  # (B, T)
+    n_seq = total.shape[0] if num_sequences is None else num_sequences
+    if kind == "token_mean":
+        n_tok = mask.sum() if num_tokens is None else num_tokens
+        n_tok = torch.as_tensor(n_tok, device=total.device)
+        return total.sum() / n_tok.to(total.dtype).clamp(min=1)
+    if kind == "sequence_mean":
+        per_seq = total.sum(-1) / mask.sum(-1).clamp(min=1)  # (B,)
+        return per_seq.sum() / max(n_seq, 1)
+    if max_length is None or max_length <= 0:
+        raise ValueError(f'aggregation="constant" needs max_length > 0 (the generation budget in tokens), '
+                         f"got max_length={max_length!r}")
+    return total.sum() / (n_seq * max_length)

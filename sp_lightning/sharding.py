@@ -15,8 +15,9 @@ trainable parameter (the adapter, trainable token rows) is left out of the shard
   the training step agrees the number of micro-batches over the ranks and a rank with fewer runs
   filler passes (``SelfPlayModule._filler_pass``), and generation cannot run on the sharded
   model at all, since each rank's games ask for different numbers of forward passes. Rollouts
-  come from a copy of the unsharded model kept by the backend (``HFRolloutWorker`` with
-  ``own_copy: true``, taken before the model is sharded) or from vLLM (in-process or servers).
+  come from the backend's own copy of the whole model (every backend keeps one: the Hugging Face
+  worker's is taken when the DataModule sets up, before the model is sharded; vLLM in-process or
+  servers load theirs).
 
 Lightning's ``FSDPStrategy`` (FSDP1) refuses a CPU accelerator; ``ModelParallelStrategy`` runs on
 gloo, which is how the tests run it on CPU processes.

@@ -117,6 +117,12 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)  # processed (post-temperature) logprobs
     policy: PolicyRef = LEARNER
     policy_version: int = 0
+    temperature: float = 1.0
+    """The sampling temperature it was drawn at: training scales its logits alike."""
+    logprobs_from_trainer: bool = False
+    """Whether ``logprobs`` are the trainer's own computation on the weights that played (the
+    Hugging Face backend's copy runs the trainer's forward): the loss then needs no importance
+    correction for them. Another engine's (vLLM, a server) differ by its kernels."""
     refused: str = ""
     """Why the backend did not generate at all (empty: it did): ``PROMPT_TOO_LONG`` when the
     prompt and the completion budget would not fit the model's context. A refused completion
@@ -212,6 +218,10 @@ class TrainingRecord:
     step_reward: float = 0.0
     """The step's own immediate reward (an invalid move's penalty); ``reward`` minus it is the
     role's episode reward."""
+    temperature: float = 1.0
+    """The temperature its completion was sampled at (``Completion.temperature``)."""
+    logprobs_from_trainer: bool = False
+    """Whether its behaviour logprobs are the trainer's own computation (``Completion.logprobs_from_trainer``)."""
 
 
 GenerateResult = Rollout

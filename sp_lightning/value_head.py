@@ -81,3 +81,22 @@ def prompt_end_hidden(hidden: torch.Tensor, value_column: torch.Tensor) -> torch
     (B, K+1, H): the one that predicts the row's first completion token."""
     rows = torch.arange(hidden.shape[0], device=hidden.device)
     return hidden[rows, value_column.to(hidden.device)]
+
+
+class ValueLoss:
+    """The value head's loss term: ``coef * 0.5 * (V - target)**2`` summed over the micro-batch's rows
+    with a trained token, over the learner's records on every rank; ``train_trunk`` false trains
+    the head alone on the policy's features (the adapter gets no gradient from it). Logs the mean
+    squared error as ``value_error``. The term of ``credit.GAE``, which owns the heads it reads."""
+
+    def __init__(self, heads: ValueHeads, coef: float, train_trunk: bool):
+        self.heads, self.coef, self.train_trunk = heads, coef, train_trunk
+
+    def __call__(self, batch, out) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        tensors = batch.tensors
+        hidden = prompt_end_hidden(out.hidden, tensors.value_column)
+        values = self.heads(batch.learner, hidden if self.train_trunk else hidden.detach())  # (B,)
+        rows = (tensors.loss_mask.sum(-1) > 0).float()  # (B,)
+        squared = (values.float() - batch.value_targets) ** 2 * rows  # (B,)
+        loss = self.coef * 0.5 * squared.sum() / max(batch.num_records, 1.0)
+        return loss, {"value_error": squared.detach().sum() / rows.sum().clamp(min=1)}

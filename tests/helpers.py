@@ -26,11 +26,12 @@ from sp_lightning.types import Completion, ModelRequest
 class ScriptedWorker(RolloutWorker):
     """Test double: answers each request with ``answer`` (None: the request's first legal move;
     a string; or a function of the request), as the tokens ``completion_ids`` (a list, or a
-    function of the request), and records every generate call. It serves no checkpoint and
-    scores nothing (capabilities False, those calls refused)."""
+    function of the request), and records every generate call and every weight update. It serves
+    no checkpoint and scores nothing (capabilities False, those calls refused). Its logprobs stand
+    in for the trainer's own (``logprobs_from_trainer``), so the loss corrects nothing for them, as
+    for the Hugging Face worker's."""
 
     trains = True
-    shares_weights = True
     supports_async = False
     serves_checkpoints = False
     scores_completions = False
@@ -38,6 +39,7 @@ class ScriptedWorker(RolloutWorker):
     def __init__(self, answer: str | Callable[[ModelRequest], str] | None = None,
                  completion_ids: Sequence[int] | Callable[[ModelRequest], list[int]] = (3, 4)):
         self.calls: list[list[ModelRequest]] = []
+        self.versions: list[int] = []  # of every weight update it was sent
         self.answer = answer
         self.completion_ids = completion_ids
 
@@ -52,8 +54,12 @@ class ScriptedWorker(RolloutWorker):
         for r in requests:
             ids = list(self.completion_ids(r) if callable(self.completion_ids) else self.completion_ids)
             out.append(Completion(text=self._text(r), prompt_ids=[1, 2], completion_ids=ids,
-                                  logprobs=[-0.5] * len(ids), policy=r.policy))
+                                  logprobs=[-0.5] * len(ids), policy=r.policy, logprobs_from_trainer=True))
         return out
+
+    def load_weights(self, update):
+        self.versions.append(update.version)
+        self.policy_version = update.version
 
     def completion_logprobs(self, requests, completions):
         raise NotImplementedError("ScriptedWorker scores nothing")
@@ -170,3 +176,11 @@ def tensorboard_events(logdir):
     events = EventAccumulator(run, size_guidance={"scalars": 0, "histograms": 0})
     events.Reload()
     return events
+
+
+def send_weights(worker, model, version: int = 0) -> None:
+    """The trainer's side of the weight path in a test: ``model``'s current weights into ``worker``
+    (``RolloutWorker.load_weights``), as ``WeightSync`` sends them after an optimizer step."""
+    from sp_lightning.weight_sync import update_of
+
+    worker.load_weights(update_of(model, version))

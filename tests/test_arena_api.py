@@ -12,7 +12,7 @@ from sp_lightning.arena import Arena
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import Episode, SingleTurnEpisode
 from sp_lightning.games import GameSettings
-from sp_lightning.rollout.base import SamplingSettings
+from sp_lightning.rollout.base import SamplingSettings, WeightUpdate
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest
 from sp_lightning.stores import ArtifactStore
@@ -84,7 +84,7 @@ def test_every_learner_request_is_tagged_with_the_workers_policy_version_when_se
     seats = {"player_0": LEARNER, "player_1": PolicyRef("bot", "random")}
     tags = {}
     for version in (7, 8):  # the weights change between batches, as after an optimizer step
-        worker.sync_weights(version)
+        worker.load_weights(WeightUpdate({}, version))
         worker.calls = []
         arena.play([TICTACTOE.episode(seats) for _ in range(2)], [0, 1])
         tags[version] = {r.policy_version for call in worker.calls for r in call}

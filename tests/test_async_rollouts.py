@@ -4,7 +4,7 @@ thread while the trainer steps, with a bounded queue and a bound on the policy l
 The collector tests drive a real Arena, AsyncCollector and SerializedWorker with a scripted
 backend (``VersionStampingWorker``: scripted answers, each stamped with the weight version it
 was asked at, as an engine's are), so that the queue's state and the versions are set by the
-test. The fit tests run the real Hugging Face backend on its own copy of the weights.
+test. The fit tests run the real Hugging Face backend (its own copy of the weights).
 """
 
 from __future__ import annotations
@@ -20,11 +20,16 @@ from sp_lightning.arena import Arena
 from sp_lightning.rng import seeded_rng
 from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRolloutSettings
 from sp_lightning.games import FixedMix, GameSettings
-from sp_lightning.rollout.base import SamplingSettings
+from sp_lightning.rollout.base import SamplingSettings, WeightUpdate
 from sp_lightning.sources import GameMix
 from tests.helpers import KeepBatches, ScriptedWorker, fit_batches, tensorboard_events
 
-HF_OWN_COPY = '{"class_path": "sp_lightning.rollout.HFRolloutWorker", "init_args": {"own_copy": true}}'
+
+
+def _stepped(worker, version: int) -> None:
+    """The trainer's optimizer stepped to ``version``: its (empty, for a scripted backend) weights
+    sent through the weight path's one call."""
+    worker.load_weights(WeightUpdate({}, version))
 
 
 class VersionStampingWorker(ScriptedWorker):
@@ -47,13 +52,12 @@ class VersionStampingWorker(ScriptedWorker):
         return completions
 
 
-def _collector(worker, settings: AsyncRolloutSettings, update_epochs: int = 1):
+def _collector(worker, settings: AsyncRolloutSettings):
     """A real collector over a real arena built on its serialized worker (as the engine builds
     them); returns (collector, the serialized worker, the arena)."""
     game = GameSettings(id="tictactoe_v1", opponents={"learner": 0.5, "bot:random": 0.5})
     arenas = []
-    collector = AsyncCollector(worker, settings, lambda: arenas[0].step(seeded_rng(0, 0, arenas[0].steps_done)),
-                               update_epochs=update_epochs)
+    collector = AsyncCollector(worker, settings, lambda: arenas[0].step(seeded_rng(0, 0, arenas[0].steps_done)))
     arenas.append(Arena(collector.worker, SamplingSettings(), bots=make_bots(0),
                         source=GameMix([game], FixedMix()), episodes_per_batch=4))
     return collector, collector.worker, arenas[0]
@@ -75,7 +79,7 @@ def test_records_older_than_the_lag_bound_are_dropped_and_counted():
     collector.start()
     try:
         _wait_for(lambda: collector.queue.full() and arena.steps_done == 3, collector.baton)
-        worker.sync_weights(3)  # three optimizer steps while they waited
+        _stepped(worker, 3)  # three optimizer steps while they waited
         batch = collector.next_batch(trainer_version=3)
         assert collector.dropped_batches == 3
         assert collector.dropped_records > 0
@@ -95,7 +99,7 @@ def test_records_within_the_lag_bound_are_served_with_their_lag_histogram():
     collector.start()
     try:
         _wait_for(lambda: collector.queue.full(), collector.baton)
-        worker.sync_weights(2)
+        _stepped(worker, 2)
         batch = collector.next_batch(trainer_version=2)
         assert {r.policy_version for r in batch.records} == {0}
         assert batch.metrics["rollout/policy_lag/2"] == 1.0
@@ -105,18 +109,19 @@ def test_records_within_the_lag_bound_are_served_with_their_lag_histogram():
         collector.stop()
 
 
-def test_the_default_lag_bound_is_the_steady_state_lag_of_the_queue_and_the_update_epochs():
-    assert AsyncRolloutSettings(queue_size=2).lag_bound(update_epochs=3) == 9
-    assert AsyncRolloutSettings(queue_size=2, max_policy_lag=1).lag_bound(update_epochs=3) == 1
-    # two optimizer steps per batch: a batch trained two batches after it was played has lag 4, kept
-    collector, worker, _ = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1), update_epochs=2)
+def test_the_default_lag_bound_is_the_steady_state_lag_of_the_queue():
+    """A training step is one batch whatever update_epochs: the default bound is queue_size + 1
+    steps, and a batch trained two batches after it was played (lag 2) is kept."""
+    assert AsyncRolloutSettings(queue_size=2).lag_bound() == 3
+    assert AsyncRolloutSettings(queue_size=2, max_policy_lag=1).lag_bound() == 1
+    collector, worker, _ = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1))
     collector.start()
     try:
         _wait_for(lambda: collector.queue.full(), collector.baton)
-        worker.sync_weights(4)
-        batch = collector.next_batch(trainer_version=4)
+        _stepped(worker, 2)
+        batch = collector.next_batch(trainer_version=2)
         assert batch.records and collector.dropped_records == 0
-        assert batch.metrics["rollout/policy_lag/4"] == 1.0
+        assert batch.metrics["rollout/policy_lag/2"] == 1.0
     finally:
         collector.stop()
 
@@ -149,9 +154,9 @@ class ReentryCheckingWorker(VersionStampingWorker):
         self.trainer_calls += 1
         self.in_flight -= 1
 
-    def sync_weights(self, version):
+    def load_weights(self, update):
         self._enter()
-        super().sync_weights(version)
+        super().load_weights(update)
         self.trainer_calls += 1
         self.in_flight -= 1
 
@@ -165,7 +170,7 @@ def test_worker_calls_from_both_threads_never_overlap():
             before, trainer_before = len(inner.calls), inner.trainer_calls
             for index in range(40):
                 worker.register_adapter(f"ckpt-{index}", "unused")
-                worker.sync_weights(index)
+                _stepped(worker, index)
             produced = len(inner.calls) - before
     finally:
         assert collector.stop()
@@ -217,35 +222,35 @@ def test_settings_name_the_key_and_what_was_expected():
         AsyncRolloutSettings(max_policy_lag=0)
 
 
-def test_own_copy_worker_serves_the_trained_weights_after_each_sync():
+def test_the_hf_worker_serves_the_weights_it_was_sent_until_the_next_update():
+    """The worker generates from a copy of its own: an optimizer step on the trainer's model
+    changes nothing it serves until the weight path sends the update (what lets it play on the
+    producer thread while the trainer steps)."""
     from sp_lightning.model import PolicySettings, load_policy
     from sp_lightning.rollout import HFRolloutWorker
+    from tests.helpers import send_weights
 
     model, tokenizer = load_policy(PolicySettings())
-    worker = HFRolloutWorker(model, tokenizer, own_copy=True)
-    assert worker.supports_async and not worker.shares_weights
-    worker.sync_weights(0)  # the copy is made at the first sync (after Lightning moved and restored)
-    assert worker.model is not model
+    worker = HFRolloutWorker(model, tokenizer)
+    assert worker.supports_async and worker.model is not model
     name, trained = next((n, p) for n, p in model.named_parameters() if p.requires_grad)
     with torch.no_grad():
         trained.add_(0.5)  # an optimizer step
     mine = dict(worker.model.named_parameters())[name]
-    assert not torch.equal(mine, trained)  # the copy keeps the weights it was given until a sync
-    worker.sync_weights(1)
-    assert torch.equal(mine, trained) and worker.policy_version == 1
-    copied = worker._published_key
-    worker.sync_weights(2)  # nothing trained since: no copy
-    assert worker._published_key == copied and torch.equal(mine, trained)
+    assert not torch.equal(mine, trained)  # the copy keeps the weights it was given until an update
+    send_weights(worker, model, version=1)
+    assert torch.equal(mine, trained) and mine.data_ptr() != trained.data_ptr() and worker.policy_version == 1
+    frozen_name, frozen = next((n, p) for n, p in model.named_parameters() if not p.requires_grad)
+    assert dict(worker.model.named_parameters())[frozen_name].data_ptr() != frozen.data_ptr()
 
 
 @pytest.mark.slow
-def test_own_copy_worker_validates_then_fits(tmp_path):
-    """A standalone validate makes the copy under torch.inference_mode: it must still be a plain
-    tensor copy that later syncs write into (and whose version counters the merged copy reads)."""
+def test_the_hf_worker_validates_then_fits(tmp_path):
+    """A standalone validate sends the weights under torch.inference_mode: the worker's copy must
+    still be plain tensors that the fit's updates write into."""
     from sp_lightning import build_from_config, make_trainer
 
-    module, dm = build_from_config("--config", "configs/kuhn_poker_tiny.yaml", "--data.rollout", HF_OWN_COPY,
-                                   "--data.eval.games", "8")
+    module, dm = build_from_config("--config", "configs/kuhn_poker_tiny.yaml", "--data.eval.games", "8")
     trainer = make_trainer(max_steps=2, logger=False, enable_checkpointing=False, default_root_dir=str(tmp_path))
     trainer.validate(module, datamodule=dm)
     assert dm.engine.worker.model is not module.model
@@ -256,19 +261,12 @@ def test_own_copy_worker_validates_then_fits(tmp_path):
     assert all(torch.equal(copy[n], p) for n, p in module.model.named_parameters() if p.requires_grad)
 
 
-def test_hf_backend_on_the_trainers_own_weights_is_refused_for_async(tmp_path):
-    with pytest.raises(ValueError, match=r"data.async_rollouts.enabled: HFRolloutWorker generates with the "
-                                         r"trainer's own model object"):
-        fit_batches("configs/kuhn_poker_tiny.yaml", tmp_path, 1, "--data.async_rollouts.enabled", "true")
-
-
 @pytest.mark.slow
 def test_async_fit_trains_on_records_played_while_it_stepped_within_the_lag_bound(tmp_path):
     """Six steps with a validation after the third (the arena and the worker shared with it)."""
     from sp_lightning import build_from_config, make_trainer
 
     module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--model.update_epochs", "1",
-                                   "--data.rollout", HF_OWN_COPY,
                                    "--data.async_rollouts", '{"enabled": true, "queue_size": 1}',
                                    "--data.eval.games", "8")
     from lightning.pytorch.loggers import TensorBoardLogger
@@ -311,7 +309,7 @@ def test_async_fit_resumes_from_its_checkpoint(tmp_path):
 
     from sp_lightning import build_from_config, make_trainer
 
-    overrides = ["--data.rollout", HF_OWN_COPY, "--data.async_rollouts.enabled", "true"]
+    overrides = ["--data.async_rollouts.enabled", "true"]
 
     class WorkerWeightsAtFirstBatch(L.Callback):
         """The worker copy's weights when the first batch of the fit reaches the trainer."""

@@ -30,7 +30,7 @@ def _nothing_trained(tmp_path):
 @pytest.mark.parametrize(("overrides", "named"), [
     (["--data.episodes_per_bach", "3"], "episodes_per_bach"),  # unknown key
     (["--data.episodes_per_batch", "many"], "episodes_per_batch"),  # wrong type
-    (["--model.loss.entropy_coef", "[1, 2]"], "entropy_coef"),
+    (["--model.loss.entropy.coef", "[1, 2]"], "entropy.coef"),
     (["--model.policy.lora.r", "1.5"], "lora.r"),
 ])
 def test_parse_errors_name_the_key(tmp_path, capsys, overrides, named):

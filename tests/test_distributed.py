@@ -198,7 +198,7 @@ def test_a_sharded_base_gives_the_gradient_of_one_rank_even_when_a_rank_has_no_r
     gradient on all the records, and the ranks step alike."""
     path, count = recorded
     alone, pair = tmp_path / "one", tmp_path / "two"
-    kl = ("--model.loss.kl_coef", "0.05")  # the reference forward too: one more pass to keep in step
+    kl = ("--model.loss.kl.coef", "0.05")  # the reference forward too: one more pass to keep in step
     _fit("kuhn_poker_tiny.yaml", alone, 1, _replay(path), "--trainer.max_steps", "2", *kl)
     _fit("kuhn_poker_tiny.yaml", pair, 2, _sharded(_replay(path, shares=[list(range(count)), []])),
          "--trainer.max_steps", "2", *kl, timeout=300)

@@ -10,7 +10,7 @@ import torch
 
 from sp_lightning import build_from_config
 from sp_lightning.learners import LearnerSettings, Learners, adapter_of, learner_adapters, params_of
-from sp_lightning.rollout.base import save_learner_adapter
+from sp_lightning.learners import save_learner_adapter
 from sp_lightning.types import LEARNER, ModelRequest, PolicyKind, PolicyRef, parse_policy
 from sp_lightning.rollout import SamplingSettings
 
@@ -19,7 +19,7 @@ PROPOSER_SOLVER = os.path.join(ROOT, "configs", "proposer_solver_tiny.yaml")
 TWO = ["--model.learners", json.dumps({
     "proposer": {"roles": ["proposer"]},
     "solver": {"roles": ["solver"], "optimizer": {"lr": 0.001}, "lora": {"r": 8, "alpha": 16},
-               "loss": {"entropy_coef": 0.01}}}),
+               "loss": {"entropy": {"coef": 0.01}}}}),
     "--data.episodes.init_args.solver", "learner", "--data.sampling.max_new_tokens", "2"]
 
 
@@ -66,7 +66,7 @@ def test_each_learner_is_its_own_trainable_adapter_with_its_own_settings(two):
     module.trainer = None
     opt = module.configure_optimizers()["optimizer"]
     assert [g["lr"] for g in opt.param_groups] == [0.003, 0.001]
-    assert module.loss_of["solver"].entropy_coef == 0.01 and module.loss_of["proposer"].entropy_coef == 0.05
+    assert module.loss_of["solver"].entropy.coef.start == 0.01 and module.loss_of["proposer"].entropy.coef.start == 0.05
 
 
 def test_each_roles_calls_are_answered_by_its_learner_and_its_records_say_so(two):
@@ -96,6 +96,7 @@ def test_a_mixed_batch_serves_each_learner_as_its_adapter_alone_would(two):
         generator = torch.Generator().manual_seed(3)
         for p in params_of(module.model, "solver"):
             p.add_(0.3 * torch.randn(p.shape, generator=generator))
+    dm.send_weights(module)  # what the weight path does after an optimizer step
     messages = [{"role": "user", "content": "Propose a sum [3]"}]
     refs = [PolicyRef(PolicyKind.LEARNER, "proposer"), PolicyRef(PolicyKind.LEARNER, "solver")] * 2
     requests = [ModelRequest("x", messages, ref) for ref in refs]

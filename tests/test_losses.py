@@ -1,4 +1,6 @@
-"""Hand-computed checks of the policy-gradient loss and its helpers."""
+"""Hand-computed checks of the loss terms (sp_lightning.loss_terms) and their tensor helpers
+(sp_lightning.losses): each term ``(batch, outputs) -> (loss, stats)`` on three or four values,
+the arithmetic in each test's docstring."""
 
 import math
 
@@ -6,17 +8,39 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from sp_lightning.collate import TrainBatch
+from sp_lightning.loss_terms import (
+    EntropyBonus, ForwardOutputs, KLPenalty, LossBatch, LossSettings, Magnet, combine,
+)
 from sp_lightning.losses import (
     AGGREGATIONS,
     gather_logprobs,
     legal_magnet_kl,
     legal_move_entropy,
     masked_mean,
-    policy_gradient_loss,
     token_entropy,
 )
+from sp_lightning.schedule import Schedule
 
 LN2 = math.log(2.0)
+
+
+def policy_gradient_loss(logprobs, old_logprobs, advantages, mask, *, num_tokens=None, num_sequences=None,
+                         ref_logprobs=None, behaviour_logprobs=None, logits=None, **loss):
+    """The composed terms of ``LossSettings(**loss)`` (surrogate, KL, entropy, magnet) on one
+    micro-batch: ``old_logprobs`` the ratio's denominator, ``behaviour_logprobs`` (importance
+    sampling on) the sampler's; the denominators default to the micro-batch's own counts."""
+    b, k = logprobs.shape
+    behaviour = behaviour_logprobs if behaviour_logprobs is not None else old_logprobs
+    ids = torch.zeros(b, k, dtype=torch.long)
+    tensors = TrainBatch(ids, torch.ones(b, k, dtype=torch.long), ids, ids, mask, behaviour, advantages)
+    if behaviour_logprobs is not None:
+        loss.setdefault("importance_sampling", "on")
+    terms = LossSettings(**loss).terms()
+    batch = LossBatch(tensors, float(mask.sum()) if num_tokens is None else num_tokens,
+                      float(b) if num_sequences is None else num_sequences, step=0.0)
+    logits = logits if logits is not None else torch.zeros(b, k, 2)
+    return combine(terms, batch, ForwardOutputs(logprobs, logits, old_logprobs, ref_logprobs))
 
 
 def t(values):
@@ -151,9 +175,12 @@ def test_unknown_aggregation_lists_choices():
         agg_loss(aggregation="seq_mean_token_sum")
 
 
-def test_kl_needs_ref_logprobs():
-    with pytest.raises(ValueError, match="ref_logprobs"):
-        agg_loss(kl_coef=0.1)
+def test_kl_without_reference_logprobs_adds_nothing_and_reports_zero():
+    """The module refuses a KL coefficient without a reference (model.policy.lora), so a term
+    without reference logprobs only reports kl = 0."""
+    _, loss, stats = agg_loss(kl=KLPenalty(coef=0.1))
+    assert_close(loss, torch.tensor(-1.3))
+    assert_close(stats["kl"], torch.tensor(0.0))
 
 
 @pytest.mark.parametrize(
@@ -203,7 +230,7 @@ def test_kl_term():
     lp = torch.zeros(1, 3, requires_grad=True)
     ref = t([[0.0, LN2, -LN2]])
     loss, stats = policy_gradient_loss(
-        lp, torch.zeros(1, 3), t([0.0]), torch.ones(1, 3), ref_logprobs=ref, kl_coef=0.1
+        lp, torch.zeros(1, 3), t([0.0]), torch.ones(1, 3), ref_logprobs=ref, kl=KLPenalty(coef=0.1)
     )
     assert_close(loss, torch.tensor(0.1 / 6))
     assert_close(stats["kl"], torch.tensor(1 / 6))
@@ -245,7 +272,7 @@ def test_all_zero_mask_gives_zero_not_nan(aggregation):
         aggregation=aggregation,
         max_length=3,
         ref_logprobs=t([[0.0, 0.0, -INF]]),
-        kl_coef=0.1,
+        kl=KLPenalty(coef=0.1),
     )
     loss.backward()
     assert_close(loss, torch.tensor(0.0))
@@ -290,39 +317,41 @@ def test_token_entropy():
 
 
 def test_entropy_bonus_is_subtracted_with_the_same_aggregation():
-    """Two tokens, advantages 0 (no policy-gradient term), entropies 1.0 and 3.0, token_mean:
-    loss = -0.5 * (1 + 3) / 2 = -1.0; the stats report the mean entropy 2.0."""
+    """Two tokens, advantages 0 (no policy-gradient term); logits over 4 tokens uniform at the
+    first (entropy ln 4) and over 2 of them at the second (ln 2), token_mean, coef 0.5:
+    loss = -0.5 * (ln 4 + ln 2) / 2 = -0.75 ln 2; the stats report the mean entropy 1.5 ln 2. At
+    coefficient 0 the entropy is still reported and adds nothing."""
     logprobs = torch.tensor([[-1.0, -1.0]])
-    entropy = torch.tensor([[1.0, 3.0]])
-    loss, stats = policy_gradient_loss(logprobs, logprobs, torch.tensor([0.0]), torch.ones(1, 2),
-                                       entropy=entropy, entropy_coef=0.5)
-    torch.testing.assert_close(loss, torch.tensor(-1.0))
-    torch.testing.assert_close(stats["entropy"], torch.tensor(2.0))
-    with pytest.raises(ValueError, match="entropy_coef"):
-        policy_gradient_loss(logprobs, logprobs, torch.tensor([0.0]), torch.ones(1, 2), entropy_coef=0.1)
+    logits = t([[[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, -INF, -INF]]]).requires_grad_(True)
+    loss, stats = policy_gradient_loss(logprobs, logprobs, torch.tensor([0.0]), torch.ones(1, 2), logits=logits,
+                                       entropy=EntropyBonus(coef=0.5))
+    assert_close(loss, torch.tensor(-0.75 * LN2))
+    assert_close(stats["entropy"], torch.tensor(1.5 * LN2))
+    loss, stats = policy_gradient_loss(logprobs, logprobs, torch.tensor([0.0]), torch.ones(1, 2), logits=logits)
+    assert_close(loss, torch.tensor(0.0))
+    assert_close(stats["entropy"], torch.tensor(1.5 * LN2))
+    with pytest.raises(ValueError, match="loss.entropy.over"):
+        EntropyBonus(over="legal")
 
 
-def test_entropy_coef_anneals_linearly_to_zero():
-    from sp_lightning.module import LossSettings
-
-    s = LossSettings(entropy_coef=0.2, entropy_decay_steps=100)
-    assert [s.entropy_coef_at(t) for t in (0, 50, 100, 150)] == pytest.approx([0.2, 0.1, 0.0, 0.0])
-    assert LossSettings(entropy_coef=0.2).entropy_coef_at(10_000) == 0.2
-    floored = LossSettings(entropy_coef=0.2, entropy_decay_steps=100, entropy_floor=0.05)
-    assert [floored.entropy_coef_at(t) for t in (0, 50, 80, 150)] == pytest.approx([0.2, 0.1, 0.05, 0.05])
+def test_a_schedule_anneals_linearly_to_zero_or_its_floor():
+    s = EntropyBonus(coef=Schedule(start=0.2, steps=100)).coef
+    assert [s.at(t) for t in (0, 50, 100, 150)] == pytest.approx([0.2, 0.1, 0.0, 0.0])
+    assert EntropyBonus(coef=0.2).coef.at(10_000) == 0.2
+    floored = Schedule(start=0.2, steps=100, floor=0.05)
+    assert [floored.at(t) for t in (0, 50, 80, 150)] == pytest.approx([0.2, 0.1, 0.05, 0.05])
+    assert floored.at(12.5) == pytest.approx(0.175)  # a later pass over one batch: between two steps
 
 
 def test_magnet_coef_is_constant_by_default_and_anneals_to_its_floor_when_asked():
-    from sp_lightning.module import LossSettings
-
-    assert LossSettings(magnet_coef=0.05).magnet_coef_at(10_000) == 0.05  # magnetic mirror descent
-    s = LossSettings(magnet_coef=0.05, magnet_decay_steps=100, magnet_floor=0.01)
-    assert [s.magnet_coef_at(t) for t in (0, 50, 80, 100, 500)] == pytest.approx([0.05, 0.025, 0.01, 0.01, 0.01])
-    for bad, key in [({"magnet_decay_steps": 0}, "magnet_decay_steps"),
-                     ({"magnet_decay_steps": 10, "magnet_floor": 0.1}, "magnet_floor"),
-                     ({"magnet_floor": 0.01}, "magnet_floor")]:  # a floor without a schedule
+    assert Magnet(coef=0.05).coef.at(10_000) == 0.05  # magnetic mirror descent
+    s = Magnet(coef=Schedule(start=0.05, steps=100, floor=0.01)).coef
+    assert [s.at(t) for t in (0, 50, 80, 100, 500)] == pytest.approx([0.05, 0.025, 0.01, 0.01, 0.01])
+    for bad, key in [(Schedule(0.05, steps=0), "loss.magnet.coef.steps"),
+                     (Schedule(0.05, floor=0.1, steps=10), "loss.magnet.coef.floor"),
+                     (Schedule(0.05, floor=0.01), "loss.magnet.coef.floor")]:  # a floor without a schedule
         with pytest.raises(ValueError, match=key):
-            LossSettings(magnet_coef=0.05, **bad)
+            Magnet(coef=bad)
 
 
 def test_legal_move_entropy_scores_the_first_move_token_over_the_legal_moves_only():
@@ -388,5 +417,5 @@ def test_truncated_importance_sampling_weights_each_token_by_the_capped_trainer_
     torch.testing.assert_close(grad_tis, grad_expected)
     grad_behaviour, = torch.autograd.grad(loss, behaviour, allow_unused=True)
     assert grad_behaviour is None  # the weight itself carries no gradient
-    with pytest.raises(ValueError, match="tis_cap > 0"):
-        policy_gradient_loss(logprobs, old, advantages, mask, behaviour_logprobs=behaviour)
+    with pytest.raises(ValueError, match="loss.tis_cap: expected > 0"):
+        LossSettings(tis_cap=0.0)

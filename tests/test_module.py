@@ -3,8 +3,10 @@
 import torch
 
 from sp_lightning.model import LoraSettings, PolicySettings
-from sp_lightning.module import LossSettings, OptimizerSettings, SelfPlayModule, collate, split_micro_batches
-from sp_lightning.types import TrainingRecord
+from sp_lightning.collate import collate, split_micro_batches
+from sp_lightning.module import LossSettings, OptimizerSettings, SelfPlayModule
+from sp_lightning.rollout import SamplingSettings
+from sp_lightning.types import LEARNER, TrainingRecord
 import pytest
 
 
@@ -58,7 +60,7 @@ def test_window_logprobs_equal_full_sequence_logprobs(tiny_policy):
     module = SelfPlayModule()
     records = [_record([5, 6, 7, 11], [8, 9]), _record([5, 12], [8])]
     batch = collate(records, module.tokenizer.pad_token_id)
-    logprobs, _ = module.sequence_logprobs(batch)
+    logprobs, _ = module.policy_forward(batch)[:2]
     for row, r in enumerate(records):
         ids = torch.tensor([r.prompt_ids + r.completion_ids])
         full = torch.log_softmax(module.model(input_ids=ids).logits[0, :-1].float(), -1)
@@ -78,10 +80,12 @@ def test_one_step_changes_lora_and_leaves_the_base_alone():
     before = {n: p.detach().clone() for n, p in module.model.named_parameters()}
     opt = torch.optim.SGD([p for p in module.model.parameters() if p.requires_grad], lr=1e-2)  # plain descent: a sure direction
     batch = collate(records, tok.pad_token_id)
-    from sp_lightning.losses import policy_gradient_loss
+    from sp_lightning.loss_terms import PolicyGradient
+    from tests.test_losses import policy_gradient_loss
 
-    logprobs, _ = module.sequence_logprobs(batch)
+    logprobs, _ = module.policy_forward(batch)[:2]
     loss, _ = policy_gradient_loss(logprobs, batch.old_logprobs, batch.advantages, batch.loss_mask)
+    assert isinstance(LossSettings().terms()[0], PolicyGradient)
     loss.backward()
     opt.step()
     changed = {n for n, p in module.model.named_parameters() if not torch.equal(before[n], p.detach())}
@@ -89,7 +93,7 @@ def test_one_step_changes_lora_and_leaves_the_base_alone():
     assert all("lora_" in n or "trainable_tokens" in n for n in changed), changed
     lora_b = [n for n in changed if "lora_B" in n]
     assert lora_b
-    after, _ = module.sequence_logprobs(batch)
+    after, _ = module.policy_forward(batch)[:2]
     # the step moved probability from the penalised move towards the favoured one
     assert after[0, -1] - after[1, -1] > logprobs[0, -1] - logprobs[1, -1]
 
@@ -117,12 +121,12 @@ def test_reference_logprobs_come_from_the_base_model_with_the_adapter_disabled()
     module = SelfPlayModule()
     batch = collate([_record([5, 6, 7, 11], [8, 9])], module.tokenizer.pad_token_id)
     with torch.no_grad():
-        base, _ = module.sequence_logprobs(batch)
+        base, _ = module.policy_forward(batch)[:2]
         for name, p in module.model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.5)
-        policy, _ = module.sequence_logprobs(batch)
-        reference, _ = module.sequence_logprobs(batch, disable_adapter=True)
+        policy, _ = module.policy_forward(batch)[:2]
+        reference, _ = module.policy_forward(batch, disable_adapter=True)[:2]
     assert not torch.allclose(policy, base)
     torch.testing.assert_close(reference, base)
 
@@ -134,7 +138,7 @@ def test_gradient_checkpointing_switch_gives_the_same_gradients():
         module = SelfPlayModule(policy=PolicySettings(gradient_checkpointing=checkpointing))
         module.model.train()
         batch = collate([_record([5, 6, 7, 11], [8, 9]), _record([5, 12], [8])], module.tokenizer.pad_token_id)
-        logprobs, _ = module.sequence_logprobs(batch)
+        logprobs, _ = module.policy_forward(batch)[:2]
         (logprobs * batch.loss_mask).sum().backward()
         grads.append({n: p.grad.clone() for n, p in module.model.named_parameters() if p.grad is not None})
     assert grads[0].keys() == grads[1].keys() and grads[0]
@@ -147,11 +151,11 @@ def test_legal_move_token_ids_need_one_distinct_token_per_move(tiny_policy):
     unknown moves) gives None, and the loss then keeps the vocabulary entropy for that row."""
     module = SelfPlayModule()
     tok = module.tokenizer
-    assert module._legal_token_ids(["[0]", "[4]"]) == [tok.convert_tokens_to_ids("[0]"), tok.convert_tokens_to_ids("[4]")]
-    assert module._legal_token_ids(["[4]"]) == [tok.convert_tokens_to_ids("[4]")]
-    assert module._legal_token_ids(["raise the bet", "[4]"]) is None
-    assert module._legal_token_ids(["[4]", "[4]"]) is None  # one token for two moves: no choice point
-    assert module._legal_token_ids(None) is None and module._legal_token_ids([]) is None
+    assert module.legal_moves.token_ids(["[0]", "[4]"]) == [tok.convert_tokens_to_ids("[0]"), tok.convert_tokens_to_ids("[4]")]
+    assert module.legal_moves.token_ids(["[4]"]) == [tok.convert_tokens_to_ids("[4]")]
+    assert module.legal_moves.token_ids(["raise the bet", "[4]"]) is None
+    assert module.legal_moves.token_ids(["[4]", "[4]"]) is None  # one token for two moves: no choice point
+    assert module.legal_moves.token_ids(None) is None and module.legal_moves.token_ids([]) is None
 
 
 def test_magnet_pulls_mass_from_illegal_tokens_onto_the_legal_moves():
@@ -164,21 +168,21 @@ def test_magnet_pulls_mass_from_illegal_tokens_onto_the_legal_moves():
                                      add_generation_prompt=True, tokenize=True, return_dict=False)
     record = _record(list(prompt), [tok.convert_tokens_to_ids("[7]")], adv=0.0)
     record.legal_actions = ["[0]", "[4]"]
-    legal_ids = module._legal_token_ids(record.legal_actions)
+    legal_ids = module.legal_moves.token_ids(record.legal_actions)
     batch = collate([record], tok.pad_token_id)
     opt = torch.optim.Adam([p for p in module.model.parameters() if p.requires_grad], lr=1e-2)
 
     def legal_mass():
         with torch.no_grad():
-            _, logits = module.sequence_logprobs(batch)
+            _, logits = module.policy_forward(batch)[:2]
         return logits[0, -1].softmax(-1)[legal_ids].sum().item()
 
     before = legal_mass()
     from sp_lightning.losses import legal_magnet_kl
 
     for _ in range(20):
-        _, logits = module.sequence_logprobs(batch)
-        first, legal, known = module._legal_moves([record], batch, logits.shape[-1])
+        _, logits = module.policy_forward(batch)[:2]
+        first, legal, known = module.legal_moves.masks([record], batch, logits.shape[-1])
         assert known.tolist() == [True]
         legal_magnet_kl(logits, first, legal).sum().backward()
         opt.step()
@@ -187,37 +191,56 @@ def test_magnet_pulls_mass_from_illegal_tokens_onto_the_legal_moves():
 
 
 def test_loss_settings_check_entropy_over():
-    with pytest.raises(ValueError, match="loss.entropy_over"):
-        LossSettings(entropy_over="legal")
+    from sp_lightning.loss_terms import EntropyBonus
+
+    with pytest.raises(ValueError, match="loss.entropy.over"):
+        LossSettings(entropy=EntropyBonus(over="legal"))
 
 
 @pytest.mark.slow
 def test_update_epochs_take_several_optimizer_steps_on_each_batch(tmp_path):
-    """update_epochs 2: four optimizer steps come from two batches, and the second pass on a batch
-    sees a policy that moved since the batch was played (approx KL above 0)."""
+    """update_epochs 2: two training steps are two batches, four optimizer steps (global_step
+    counts the batches, the optimizer state its own steps), and the second pass on a batch sees a
+    policy that moved since the batch was played (approx KL above 0)."""
     from tests.helpers import fit_batches
 
-    trainer, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 4, "--model.update_epochs", "2",
+    trainer, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--model.update_epochs", "2",
                                    "--data.episodes_per_batch", "4", "--model.optimizer.lr", "0.01")
-    assert trainer.global_step == 4 and len(batches) == 2
+    assert trainer.global_step == 2 and len(batches) == 2
+    state = next(iter(trainer.optimizers[0].state.values()))
+    assert int(state["step"]) == 4
     assert trainer.callback_metrics["train/approx_kl"] > 0
     with pytest.raises(ValueError, match="model.update_epochs: expected an int >= 1"):
         SelfPlayModule(update_epochs=0)
 
 
-def test_importance_sampling_is_on_exactly_for_a_sampler_that_is_not_the_trainer(tmp_path):
-    """auto: off for the HF worker (it generates with the trainer's own model), on for vLLM (its
-    own engine); on / off force it; the setting is checked."""
-    from sp_lightning.module import uses_importance_sampling
-    from sp_lightning.rollout import HFRolloutWorker, VLLMRolloutWorker
+def _corrects(settings: LossSettings, records) -> bool:
+    """Whether the surrogate corrects a micro-batch of ``records`` for another engine's logprobs."""
+    from sp_lightning.collate import MicroBatch
+    from sp_lightning.loss_terms import LossBatch
+
+    micro = MicroBatch(records, None, 0.0)
+    return settings.terms()[0].corrects(LossBatch(None, 1.0, 1.0, 0.0, micro.logprobs_from_trainer))
+
+
+def test_importance_sampling_is_on_exactly_for_records_whose_logprobs_are_not_the_trainers(tmp_path):
+    """auto: off for records of the HF worker (its copy runs the trainer's own forward: its
+    completions say so), on for another engine's (vLLM, servers: the flag's default); on / off
+    force it; the setting is checked."""
+    from sp_lightning.rollout import HFRolloutWorker
+    from sp_lightning.types import ModelRequest, TrainingRecord
 
     module = SelfPlayModule()
     hf = HFRolloutWorker(module.model, module.tokenizer)
-    vllm = VLLMRolloutWorker(module.model, module.tokenizer, adapter_dir=str(tmp_path))  # never started
-    assert not uses_importance_sampling(LossSettings(), hf)
-    assert uses_importance_sampling(LossSettings(), vllm)
-    assert not uses_importance_sampling(LossSettings(importance_sampling="off"), vllm)
-    assert uses_importance_sampling(LossSettings(importance_sampling="on"), hf)  # forced on, even for the trainer's own weights
+    (completion,) = hf.generate([ModelRequest("p", [{"role": "user", "content": "hi"}], LEARNER)],
+                                SamplingSettings(max_new_tokens=2, temperature=0.7))
+    assert completion.logprobs_from_trainer and completion.temperature == 0.7
+    ours = [TrainingRecord([1], [2], [-0.1], 1.0, 1.0, [1], logprobs_from_trainer=True)]
+    engine_s = [TrainingRecord([1], [2], [-0.1], 1.0, 1.0, [1])]  # vLLM's and the servers' completions
+    assert not _corrects(LossSettings(), ours)
+    assert _corrects(LossSettings(), engine_s) and _corrects(LossSettings(), ours + engine_s)
+    assert not _corrects(LossSettings(importance_sampling="off"), engine_s)
+    assert _corrects(LossSettings(importance_sampling="on"), ours)  # forced on, even for the trainer's own
     with pytest.raises(ValueError, match="loss.importance_sampling"):
         LossSettings(importance_sampling="sometimes")
     with pytest.raises(ValueError, match="loss.tis_cap"):

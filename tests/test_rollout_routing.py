@@ -7,6 +7,7 @@ import torch
 from sp_lightning.model import LoraSettings, PolicySettings, load_policy
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
+from tests.helpers import send_weights
 
 PROMPT = [{"role": "user", "content": "Tic-Tac-Toe. You are X.\n[0] [1] [2]\n[3] [4] [5]\n[6] [7] [8]\nLegal moves: [0] [1] [2] [3] [4] [5] [6] [7] [8]"}]
 MOVES = [f"[{i}]" for i in range(9)]
@@ -17,11 +18,14 @@ def policy():
     return load_policy(PolicySettings(lora=LoraSettings(r=8, alpha=16, trainable_tokens=["moves"])))
 
 
-def _perturb(model, scale):
+def _perturb(model, scale, *workers):
+    """Move the trained weights, as an optimizer step would, and send them to ``workers``."""
     with torch.no_grad():
         for p in model.parameters():
             if p.requires_grad:
                 p.add_(torch.randn_like(p) * scale)
+    for worker in workers:
+        send_weights(worker, model)
 
 
 def _scores(worker, policy_ref):
@@ -35,19 +39,20 @@ def test_checkpoints_serve_their_saved_weights_beside_the_learner(policy, tmp_pa
     saved = {}
     for name, seed in (("a", 1), ("b", 2), ("c", 3)):
         torch.manual_seed(seed)
-        _perturb(model, 0.3)
+        _perturb(model, 0.3, worker)
         model.save_pretrained(tmp_path / name, selected_adapters=["default"])
         saved[name] = _scores(worker, LEARNER)
         worker.register_adapter(name, str(tmp_path / name))
-    _perturb(model, 0.3)  # the learner moves on
+    _perturb(model, 0.3, worker)  # the learner moves on
     learner_now = _scores(worker, LEARNER)
     for name in ("a", "b", "c"):
         torch.testing.assert_close(_scores(worker, PolicyRef("checkpoint", name)), saved[name], atol=1e-5, rtol=0)
     assert len(worker.loaded) == 2 and list(worker.loaded) == ["b", "c"], "LRU: 'a' was unloaded first"
     torch.testing.assert_close(_scores(worker, LEARNER), learner_now)
     assert {n for n, p in model.named_parameters() if p.requires_grad} == trainable, "serving changes nothing that trains"
-    with model.disable_adapter():
-        base = worker.completion_logprobs([ModelRequest("p", PROMPT, LEARNER)], [MOVES])[0]
+    assert set(model.peft_config) == {"default"}, "no checkpoint adapter was loaded into the trained model"
+    with model.disable_adapter():  # a worker whose copy has the adapter off: the base model
+        base = _scores(HFRolloutWorker(model, tok), LEARNER)
     torch.testing.assert_close(_scores(worker, PolicyRef("base")), base)
 
 
@@ -56,7 +61,7 @@ def test_each_completion_names_its_policy_and_version(policy, tmp_path):
     worker = HFRolloutWorker(model, tok)
     model.save_pretrained(tmp_path / "x", selected_adapters=["default"])
     worker.register_adapter("x", str(tmp_path / "x"))
-    worker.sync_weights(7)
+    send_weights(worker, model, 7)
     requests = [ModelRequest("p", PROMPT, ref) for ref in (LEARNER, PolicyRef("checkpoint", "x"), LEARNER, PolicyRef("base"))]
     out = worker.generate(requests, SamplingSettings(max_new_tokens=1))
     assert [c.policy for c in out] == [r.policy for r in requests]
@@ -81,10 +86,10 @@ def test_mixed_policies_share_one_call_and_match_each_policy_served_alone(policy
     worker = HFRolloutWorker(model, tok, max_adapters=2, merge_learner=False)
     for name, seed in (("m1", 11), ("m2", 12)):
         torch.manual_seed(seed)
-        _perturb(model, 0.5)
+        _perturb(model, 0.5, worker)
         model.save_pretrained(tmp_path / name, selected_adapters=["default"])
         worker.register_adapter(name, str(tmp_path / name))
-    _perturb(model, 0.5)  # the learner moves on
+    _perturb(model, 0.5, worker)  # the learner moves on
     refs = [LEARNER, PolicyRef("checkpoint", "m1"), PolicyRef("base"), PolicyRef("checkpoint", "m2"), LEARNER]
     alone = [_scores(worker, ref) for ref in refs]
     requests = [ModelRequest("p", PROMPT, ref) for ref in refs]
@@ -132,12 +137,12 @@ def test_merged_learner_serves_the_same_policy_and_follows_every_weight_change(p
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
     for round_ in range(3):
         torch.manual_seed(round_)
-        _perturb(model, 0.2)
+        _perturb(model, 0.2, plain, merged)
         ids_plain, lp_plain = _generated_logprobs(plain, [LEARNER] * 3)
         ids_merged, lp_merged = _generated_logprobs(merged, [LEARNER] * 3)
         assert ids_merged == ids_plain
         torch.testing.assert_close(lp_merged, lp_plain, atol=1e-4, rtol=0)
-        assert merged.merges == round_ + 1, "rebuilt once per weight change, reused within it"
+        assert merged.merges == round_ + 1, "made current once per weight update, reused within it"
     # an optimizer step (in place, as in fit) is a weight change too
     model.train()
     logits = model(input_ids=torch.tensor([tok.encode("[1] [2]")])).logits
@@ -145,6 +150,8 @@ def test_merged_learner_serves_the_same_policy_and_follows_every_weight_change(p
     optimizer.step()
     optimizer.zero_grad()
     model.eval()
+    for worker in (plain, merged):
+        send_weights(worker, model)
     ids_plain, lp_plain = _generated_logprobs(plain, [LEARNER])
     ids_merged, lp_merged = _generated_logprobs(merged, [LEARNER])
     assert merged.merges == 4 and ids_merged == ids_plain
@@ -154,7 +161,7 @@ def test_merged_learner_serves_the_same_policy_and_follows_every_weight_change(p
     model.save_pretrained(tmp_path / "x", selected_adapters=["default"])
     for worker in (merged, plain):
         worker.register_adapter("x", str(tmp_path / "x"))
-    _perturb(model, 0.2)
+    _perturb(model, 0.2, merged, plain)
     merges = merged.merges
     ids_mixed, lp_mixed = _generated_logprobs(merged, [LEARNER, PolicyRef("checkpoint", "x"), PolicyRef("base")])
     ids_ref, lp_ref = _generated_logprobs(plain, [LEARNER, PolicyRef("checkpoint", "x"), PolicyRef("base")])
@@ -177,6 +184,7 @@ def test_the_merged_copy_refreshed_in_place_equals_a_fresh_merge(trainable_token
     for seed in range(3):
         torch.manual_seed(seed)
         _perturb(model, 0.3)
+        copy_.mark_stale()  # what the worker's load_weights does
         refreshed = dict(copy_.get().named_parameters())
         fresh = dict(MergedCopy(model).get().named_parameters())
         assert refreshed.keys() == fresh.keys()

@@ -11,7 +11,7 @@ from sp_lightning.rollout.base import RolloutFailed, TransientRolloutError, gene
 from sp_lightning.rollout.fleet import ServerFleet
 from sp_lightning.rollout.server import ServerRolloutWorker
 from sp_lightning.types import ModelRequest, PolicyRef
-from tests.helpers import free_ports
+from tests.helpers import free_ports, send_weights
 
 
 def _closed_port() -> int:
@@ -47,10 +47,13 @@ def test_loading_the_learner_on_a_server_that_is_down_names_it(tiny_policy, tmp_
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     worker = ServerRolloutWorker(model, tok, base_urls=[url], served_model="m", adapter_dir=str(tmp_path), timeout=2)
     request = ModelRequest("player", [{"role": "user", "content": "hi"}], PolicyRef("learner"))
+    with pytest.raises(RuntimeError, match="no weights of learner '' were sent"):
+        worker.generate([request], SamplingSettings(max_new_tokens=1))
+    send_weights(worker, model, version=3)
+    # written for the server to read when the weights are sent, named by version, update, rank and worker
+    assert (tmp_path / f"learner-v3-1-r0-{worker._tag}" / "adapter_config.json").is_file()
     with pytest.raises(TransientRolloutError, match=f"server {url}: v1/load_lora_adapter unreachable"):
         worker.generate([request], SamplingSettings(max_new_tokens=1))
-    # for the server to read, named by version, rank and worker
-    assert (tmp_path / f"learner-v0-r0-{worker._tag}" / "adapter_config.json").is_file()
 
 
 def test_close_removes_the_ram_directory_it_made(tiny_policy):

@@ -34,16 +34,13 @@ def test_a_model_without_decoder_layers_is_refused_by_key():
         sharding.decoder_layers(torch.nn.Linear(2, 2))
 
 
-def test_the_backend_that_shares_the_trainers_model_is_refused_by_key(module):
+def test_the_worker_copy_taken_before_sharding_follows_only_the_weights_sent(module):
+    """The HF worker copies the whole model when it is built (the DataModule's setup, before the
+    module's configure_model shards it): the sharded trainer never generates, and the copy takes
+    the trained weights only through the weight path."""
+    from tests.helpers import send_weights
+
     worker = HFRolloutWorker(module.model, module.tokenizer)
-    with pytest.raises(ValueError, match=r"data\.rollout\.init_args\.own_copy: HFRolloutWorker cannot generate "
-                                         r"from a sharded model"):
-        worker.keep_unsharded_copy("cpu")
-
-
-def test_own_copy_is_taken_whole_before_sharding_and_follows_the_trained_weights(module):
-    worker = HFRolloutWorker(module.model, module.tokenizer, own_copy=True)
-    worker.keep_unsharded_copy("cpu")
     copy = worker.model
     assert copy is not module.model
     trained = {n: p for n, p in module.model.named_parameters() if p.requires_grad}
@@ -52,7 +49,7 @@ def test_own_copy_is_taken_whole_before_sharding_and_follows_the_trained_weights
         param.add_(1.0)  # an optimizer step on the trainer's model
     try:
         assert not torch.equal(dict(copy.named_parameters())[name], param)
-        worker.sync_weights(1)
+        send_weights(worker, module.model, version=1)
         assert worker.model is copy, "the copy taken before sharding is kept, never re-copied from the trainer"
         assert torch.equal(dict(copy.named_parameters())[name], param)
     finally:

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from sp_lightning.model import LoraSettings, PolicySettings
-from sp_lightning.module import SelfPlayModule, collate
+from sp_lightning.collate import collate
+from sp_lightning.module import SelfPlayModule
 from sp_lightning.shared_prompts import collate_shared, group_by_prompt
 from sp_lightning.types import TrainingRecord
 
@@ -57,7 +58,7 @@ def test_shared_forward_gives_the_plain_logprobs_and_gradients(trainable_tokens)
     trained = [p for p in module.model.parameters() if p.requires_grad]
     results = []
     for batch in (plain, shared):
-        logprobs, _ = module.sequence_logprobs(batch)
+        logprobs, _ = module.policy_forward(batch)[:2]
         grads = torch.autograd.grad((logprobs * batch.loss_mask * batch.advantages[:, None]).sum(), trained)
         results.append((logprobs * batch.loss_mask, grads))
     torch.testing.assert_close(results[1][0], results[0][0], atol=1e-5, rtol=1e-5)
@@ -99,6 +100,6 @@ def test_records_are_grouped_by_prompt_in_first_seen_order():
 
 def test_gradient_checkpointing_turns_sharing_off():
     """Hugging Face models keep no key/value cache under gradient checkpointing in training."""
-    assert SelfPlayModule()._shares_prompts()
-    assert not SelfPlayModule(share_prompts=False)._shares_prompts()
-    assert not SelfPlayModule(policy=PolicySettings(gradient_checkpointing=True))._shares_prompts()
+    assert SelfPlayModule().shares_prompts
+    assert not SelfPlayModule(share_prompts=False).shares_prompts
+    assert not SelfPlayModule(policy=PolicySettings(gradient_checkpointing=True)).shares_prompts

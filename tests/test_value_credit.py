@@ -6,7 +6,8 @@ import torch
 
 from sp_lightning.batch import to_records
 from sp_lightning.credit import GAE, gae
-from sp_lightning.module import SelfPlayModule, collate
+from sp_lightning.collate import collate
+from sp_lightning.module import SelfPlayModule
 from sp_lightning.types import Completion, PolicyRef, Rollout, Step, TrainingRecord
 from sp_lightning.value_head import ValueHeads, capture_final_hidden, prompt_end_hidden
 
@@ -94,7 +95,7 @@ def test_the_value_reads_the_last_hidden_state_at_the_end_of_each_prompt(share):
     assert (batch.shared is not None) == share
     with torch.no_grad():
         with capture_final_hidden(model) as captured:
-            module.sequence_logprobs(batch)
+            module.policy_forward(batch)[:2]
         hidden = prompt_end_hidden(captured["hidden"], batch.value_column)
         for row, r in enumerate(records):
             alone = model(input_ids=torch.tensor([r.prompt_ids]), output_hidden_states=True).hidden_states[-1]

@@ -15,8 +15,7 @@ from sp_lightning.rollout.remote import RemoteRolloutWorker
 from sp_lightning.rollout.server import ServerRolloutWorker
 from sp_lightning.types import LEARNER, ModelRequest
 
-CAPABILITIES = ("trains", "shares_weights", "supports_async", "serves_checkpoints", "scores_completions",
-                "max_adapters")
+CAPABILITIES = ("trains", "supports_async", "serves_checkpoints", "scores_completions", "max_adapters")
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +38,8 @@ def test_every_backend_states_every_capability_itself(backends):
             stated = capability in vars(type(worker)) or capability in vars(worker)
             assert stated, f"{name}: {capability} is RolloutWorker's default, not stated by the backend"
         assert isinstance(worker.trains, bool) and isinstance(worker.supports_async, bool)
-    assert not RolloutWorker.__abstractmethods__ - {"generate", "completion_logprobs", "register_adapter",
-                                                     "forget_adapter", "close"}
+    assert RolloutWorker.__abstractmethods__ == {"generate", "load_weights", "completion_logprobs",
+                                                  "register_adapter", "forget_adapter", "close"}
 
 
 def test_what_a_backend_cannot_do_is_refused_naming_the_key(backends, tiny_policy):
@@ -52,6 +51,8 @@ def test_what_a_backend_cannot_do_is_refused_naming_the_key(backends, tiny_polic
     with pytest.raises(ValueError, match=r"^data.rollout: RemoteRolloutWorker cannot score"):
         remote.completion_logprobs([request], [["[4]"]])
     remote.forget_adapter("c")  # nothing to release: not an error
+    with pytest.raises(ValueError, match=r"^data.rollout: RemoteRolloutWorker cannot take a trainer's weights"):
+        remote.load_weights(None)
     assert not server.scores_completions
     with pytest.raises(ValueError, match=r"^data.eval.exploitability / data.league.exploitability_every: "
                                          r"ServerRolloutWorker cannot score"):

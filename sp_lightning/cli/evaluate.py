@@ -40,7 +40,7 @@ def main(args: list[str]) -> dict:
     engine = datamodule.build_engine(module)
     engine.start()
     try:
-        reports, rows, opponent = _evaluate_all(ours, module, engine)
+        reports, rows, opponent = _evaluate_all(ours, module, datamodule)
     finally:
         engine.close()
     print(results_table(rows, f"vs {opponent}, {ours.games_per_seat} games per seat, seed {ours.seed}"))
@@ -51,13 +51,14 @@ def main(args: list[str]) -> dict:
     return out
 
 
-def _evaluate_all(ours, module, engine):
+def _evaluate_all(ours, module, datamodule):
     """Every checkpoint against the opponent in every game: the reports, the table's rows, and
     the opponent as served."""
     from sp_lightning.evaluation.matches import evaluate, serve_policy
     from sp_lightning.evaluation.strategy import exploitability_metrics
     from sp_lightning.types import parse_policy
 
+    engine = datamodule.engine
     worker = engine.worker
     opponent = serve_policy(worker, ours.opponent or engine.eval.opponent)  # an adapter directory: by its name
     reports, rows = {}, []
@@ -68,6 +69,7 @@ def _evaluate_all(ours, module, engine):
     for checkpoint in ours.checkpoint:
         if checkpoint:
             module.load_policy_weights(checkpoint)
+            datamodule.send_weights(module)
         label = checkpoint or "untrained"
         report = reports[label] = {}
         for game in engine.games:

@@ -28,6 +28,10 @@ class SelfPlayCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.set_defaults({f"trainer.{key}": value for key, value in trainer_defaults().items()})
+        # the credit assigner is the data block's (it credits the played games); one that learns
+        # values also trains value heads with the policy, so the module gets the same object
+        parser.link_arguments("data", "model.credit", compute_fn=lambda data: data.settings.credit,
+                              apply_on="instantiate")
 
     def instantiate_trainer(self, **kwargs):
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}

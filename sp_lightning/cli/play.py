@@ -51,12 +51,13 @@ def main(args: list[str], read: Callable[[str], str] = input,
     engine = datamodule.build_engine(module)
     engine.start()
     try:
-        return _play_one_game(ours, module, engine, spec, has_config, read, write)
+        return _play_one_game(ours, module, datamodule, spec, has_config, read, write)
     finally:
         engine.close()
 
 
-def _play_one_game(ours, module, engine, spec, has_config: bool, read, write) -> dict[str, float] | None:
+def _play_one_game(ours, module, datamodule, spec, has_config: bool, read, write) -> dict[str, float] | None:
+    engine = datamodule.engine
     game = _pick_game(engine.games, ours.game)
     env = game.make_env()
     seats = env.possible_agents
@@ -71,6 +72,7 @@ def _play_one_game(ours, module, engine, spec, has_config: bool, read, write) ->
             except ValueError as exc:
                 hint = "" if has_config else "; pass the --config the checkpoint was trained with"
                 fail(PROG, f"{exc}{hint}")
+            datamodule.send_weights(module)
         worker = engine.worker
     policies: dict[str, Any] = {human: HumanPlayer(read, write)}
     for agent, player in opponent_players(game, human, ours.opponent, worker, engine.eval_sampling(),

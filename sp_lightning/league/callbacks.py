@@ -90,6 +90,9 @@ class LeagueCallback(L.Callback):
         self.copies: str | None = None  # a follower's own adapter copies
         self.main = ""  # the main agent's learner name ("" the one unnamed learner), set at start
         self.exploiters = ExploiterTracker(settings.exploiters) if settings.exploiters is not None else None
+        self.resend_weights = None
+        """The weight path's ``send(module, version)`` (the DataModule sets it): an exploiter reset
+        after the step's weights were sent changes them again."""
 
     def on_train_start(self, trainer, pl_module) -> None:
         self.lead = trainer.global_rank == 0
@@ -196,7 +199,7 @@ class LeagueCallback(L.Callback):
         for name, seed in news.get("resets", []):  # every rank alike: the same fresh adapter
             pl_module.reset_learner(name, seed, copy_from=copy_from)
         if news.get("resets"):
-            engine_of(trainer).worker.publish_weights()  # the next batch plays the fresh adapter
+            self.resend_weights(pl_module, trainer.global_step)  # the next batch plays the fresh adapter
         self._seat_best_responses(trainer, news.get("best_responses", {}))
         metrics = dict(news["metrics"])
         metrics.update(self._refresh(step, _state_of(news)))

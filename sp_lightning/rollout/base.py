@@ -17,6 +17,35 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
+class WeightUpdate:
+    """What crosses from the trainer to a rollout backend: every learner's trainable tensors
+    (``sp_lightning.learners.trainable_state``: LoRA weights, trainable token rows; never the
+    frozen base) and the version they are. Sent after each optimizer step, when training starts
+    (a resumed run's restored weights) and when validation starts, by the one owner of the weight
+    path (``sp_lightning.weight_sync.WeightSync``).
+
+    The tensors are the trainer's own, live: a backend copies (or writes) what it needs inside
+    ``load_weights`` and keeps no reference to them, so the next optimizer step cannot change what
+    it serves."""
+
+    tensors: dict
+    """Learner name ("" the one unnamed learner) -> tensor name -> tensor."""
+    version: int
+    """The trainer's optimizer step: completions sampled from these weights carry it."""
+    device: object = None
+    """Where the trainer's model lives (a ``torch.device``): a backend that generates from a copy of
+    its own in this process places it there (None: where it is)."""
+    base_dtype: object = None
+    """The dtype of the trainer's frozen weights (bf16 under ``precision: bf16-true``): a backend
+    with a copy of its own in this process casts it alike, so that both compute the same numbers
+    (None: as it is)."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for tensors in self.tensors.values() for t in tensors.values())
+
+
+@dataclass
 class SamplingSettings:
     """How completions are sampled."""
 
@@ -61,16 +90,10 @@ class RolloutWorker(ABC):
     trains: bool = True
     """Whether its completions carry the token ids and logprobs training needs (a text-only
     backend sets False, and ``fit`` refuses it)."""
-    shares_weights: bool = False
-    """Whether it generates with the trainer's own model object (the Hugging Face backend): its
-    logprobs are then the trainer's, and the loss needs no importance correction (see
-    ``LossSettings.importance_sampling``). Another engine (vLLM, a server) computes them its
-    own way, and the loss corrects for the gap."""
-    supports_async: bool = False
+    supports_async: bool = True
     """Whether it may generate on another thread while the trainer steps (``data.async_rollouts``):
-    its engine holds a copy of the weights of its own, written by :meth:`publish_weights`. A
-    backend that generates with the trainer's model object (the Hugging Face one, unless
-    ``own_copy``) cannot: the optimizer would change the weights under a generation in flight."""
+    every backend that serves the trainer's weights holds a copy of its own (:meth:`load_weights`),
+    so the optimizer never changes weights under a generation in flight."""
     serves_checkpoints: bool = True
     """Whether :meth:`register_adapter` can make a saved adapter directory servable as
     ``checkpoint:<name>`` (league opponents, ``evaluate --opponent checkpoint:<dir>``)."""
@@ -83,21 +106,24 @@ class RolloutWorker(ABC):
 
     # ---- state every backend keeps --------------------------------------------------------------
     policy_version: int = 0
-    """The learner's weight version, set by :meth:`sync_weights`."""
+    """The learner's weight version, set by :meth:`load_weights`."""
     generated_tokens: int = 0
     """Completion tokens generated so far (a running count, for throughput metrics)."""
     adapter_load_seconds: float = 0.0
     """Seconds spent loading adapters so far (a running total)."""
-    last_sync_bytes: int = 0
-    """Bytes the last :meth:`sync_weights` copied or sent to the engine (0 where nothing crossed at
-    the sync: an engine reading the trainer's own weights, or one that loads them at its next
-    generate)."""
     tokenizer = None
     """The tokenizer prompts are encoded with; None for a backend that sends text."""
 
     @abstractmethod
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
         """One Completion per request, in the same order."""
+
+    @abstractmethod
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Serve ``update``'s weights from the next generate call on, stamping completions with its
+        version: the one way the trainer's weights reach the backend. The backend copies or writes
+        the tensors before it returns (the trainer changes them at its next step); a backend that
+        cannot take weights (a server it does not own) refuses, naming the key."""
 
     @abstractmethod
     def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
@@ -118,30 +144,6 @@ class RolloutWorker(ABC):
     def close(self) -> None:
         """Release the engine, its processes, files and connections. Calling it twice is
         harmless, and a later call of any other method starts again what it needs."""
-
-    def sync_weights(self, version: int) -> None:
-        """The learner's weights changed (an optimizer step, a restored checkpoint): completions
-        from now on are stamped with ``version``, and serve those weights by the next generate."""
-        self.policy_version = version
-
-    def publish_weights(self) -> None:
-        """Copy the learner's current weights to the engine now rather than at the next generate.
-        Asynchronous collection calls it on the trainer's thread right after ``sync_weights``, so
-        that a generation on the producer thread never reads weights the optimizer is changing.
-        A backend that generates with the trainer's own weights has nothing to do."""
-
-    def keep_unsharded_copy(self, device) -> None:
-        """The trainer is about to shard its model's frozen weights over the ranks (FSDP,
-        ``sp_lightning.sharding``), after which a rank cannot run it alone. A backend that
-        generates with the trainer's model object takes a whole copy of its own now, on
-        ``device``, or refuses naming the key that would give it one. Backends holding their own
-        weights (vLLM, servers) have nothing to do: they only read the trained adapter, which
-        stays whole on every rank."""
-        if self.shares_weights:
-            raise refuse(self, "generate from a sharded model (each rank's games need different numbers of "
-                         "forward passes, and every pass of a sharded model is a collective)",
-                         "trainer.strategy", "give the backend a copy of its own (own_copy: true), or use "
-                         "VLLMRolloutWorker / ServerRolloutWorker")
 
     def health_metrics(self) -> dict[str, float]:
         """``rollout/...`` figures of the backend's own state, logged with every batch (the server
@@ -194,38 +196,6 @@ def prompt_limit(context: int | None, sampling: SamplingSettings, max_prompt_tok
     ``max_prompt_tokens`` if smaller (a longer prompt is refused, never truncated)."""
     limit = (context or 1_000_000_000) - sampling.max_new_tokens
     return limit if max_prompt_tokens is None else min(limit, max_prompt_tokens)
-
-
-def save_learner_adapter(model, path: str, learner: str = "") -> str:
-    """Write learner ``learner``'s adapter ("" the one unnamed learner: peft's ``default``) to
-    ``path``, a plain adapter directory that an engine, ``PeftModel.from_pretrained`` or
-    ``checkpoint:<dir>`` loads; returns ``path``."""
-    import shutil
-
-    from sp_lightning.learners import adapter_of
-
-    adapter = adapter_of(learner)
-    model.save_pretrained(path, selected_adapters=[adapter])
-    nested = os.path.join(path, adapter)  # peft nests every adapter but ``default`` in a folder
-    if os.path.isdir(nested):
-        for name in os.listdir(nested):
-            os.replace(os.path.join(nested, name), os.path.join(path, name))
-        shutil.rmtree(nested)
-    return path
-
-
-def write_zero_adapter(model, path: str) -> str:
-    """The (first) learner's adapter layout with every weight zero, written to ``path``: served,
-    it is the base model exactly (LoRA adds B @ A = 0)."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from sp_lightning.learners import learner_names
-
-    path = save_learner_adapter(model, path, learner_names(model)[0])
-    weights = os.path.join(path, "adapter_model.safetensors")
-    save_file({k: torch.zeros_like(v) for k, v in load_file(weights).items()}, weights)
-    return path
 
 
 def check_adapter_dir(name: str, path: str) -> None:

@@ -1,15 +1,18 @@
 """Hugging Face transformers backend: one batched generate call for all pending requests.
 
-The worker shares the learner's model object in-process, so a weight sync is only a version
-bump; with ``own_copy`` it generates from a copy of its own instead, into which a sync copies the
-trained weights, so that it can play on another thread while the trainer steps
-(``data.async_rollouts``). Every model policy is served by the same model:
+The worker generates from a copy of the policy of its own, made when it is built (before the
+trainer moves, casts or shards its model), never from the trainer's model object: the trainer's
+weights reach it only through :meth:`HFRolloutWorker.load_weights`, which copies the learners'
+trainable tensors in (and, the first time, places the copy where the trainer's model is, in
+its dtype). What it generates with after an update is what it was sent, the same path vLLM and
+the servers take. Every model policy is served by the same copy:
 
 - ``learner``: the trained adapter (peft's ``default``);
 - ``base``: the same model with the adapter disabled;
 - ``checkpoint:<id>``: a saved adapter (``register_adapter(id, path)``), loaded once as a named
   peft adapter beside the learner's and switched in for its requests. At most ``max_adapters``
-  are held at once; the least recently used one is unloaded first.
+  are held at once; the least recently used one is unloaded first. They are loaded into the
+  worker's copy, never into the model being trained.
 
 Pending requests of different policies share one generate call: peft's mixed-adapter batches
 (``adapter_names``) route each row through its own adapter inside a single forward, so a league
@@ -21,16 +24,19 @@ a plain model without adapters gets one call per policy. A call is the worker's 
 (``sampler.sample``: prefill and KV-cached decoding with transformers' warpers, drawing the tokens
 ``model.generate`` draws from the same random state without its set-up per call, which costs
 more than a one-token move's forward on a tiny model). Logprobs come from the processed scores
-(after temperature / top-k / top-p), which is what the sampler drew from.
+(after temperature / top-k / top-p), which is what the sampler drew from: the same forward as the
+trainer's on the same weights, so completions say their logprobs are the trainer's
+(``Completion.logprobs_from_trainer``) and the loss needs no importance correction for them.
 
 Unmerged LoRA layers cost a second matmul per projection. With ``merge_learner`` the worker
-keeps a copy of the model with the learner's adapter merged into the weights and serves the
-generate calls whose rows are all the learner's from it (scoring, mixed calls and the other
-policies stay on the peft model): faster generation with the same logprobs, within the test's
-tolerance (benchmarks/bench_rollout_share.py measures the gain). The copy is brought up to date
-only when the trained weights changed (their in-place version counters moved: an optimizer
-step, a checkpoint load), in place (``merged_copy``). It doubles the model's memory: it is on by default for small models (at most
-``AUTO_MERGE_MAX_PARAMS``), off for larger ones, which belong on vLLM.
+keeps a further copy with the learner's adapter merged into the weights and serves the generate
+calls whose rows are all the learner's from it (scoring, mixed calls and the other policies stay
+on the peft copy): faster generation with the same logprobs, within the test's tolerance
+(benchmarks/bench_rollout_share.py measures the gain). ``load_weights`` marks it stale and the
+next learner-only call refreshes it in place (``merged_copy``). It costs the model's memory once
+more: on by default for small models (at most ``AUTO_MERGE_MAX_PARAMS``), off for larger ones
+(on the GPU a decode step of the unmerged model is bound by launching the LoRA's kernels: see
+docs/scale-out.md, and measure ``merge_learner: true`` there).
 """
 
 from __future__ import annotations
@@ -46,9 +52,10 @@ from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, check_adapter_dir, checked_max_prompt_tokens, context_length, prompt_limit,
     refuse, refuse_too_long, registered_path,
 )
-from sp_lightning.learners import adapter_of, learner_adapters, trainable_again
+from sp_lightning.learners import adapter_of, learner_adapters, state_targets, trainable_again
+from sp_lightning.rollout.base import WeightUpdate
 from sp_lightning.rollout.chat import PromptEncoder
-from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy, weights_key
+from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy
 from sp_lightning.rollout.sampler import sample
 from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
@@ -73,53 +80,36 @@ the faster generation saves."""
 
 class HFRolloutWorker(RolloutWorker):
     trains = True
+    supports_async = True  # a copy of its own, written only by load_weights
     scores_completions = True
-
-    @property
-    def shares_weights(self) -> bool:
-        """The learner's own model object (unless ``own_copy``): its logprobs are the trainer's."""
-        return not self.own_copy
-
-    @property
-    def supports_async(self) -> bool:
-        """Only with ``own_copy``: the optimizer must not change the weights under a generation."""
-        return self.own_copy
 
     @property
     def serves_checkpoints(self) -> bool:
         """Checkpoints are peft adapters loaded beside the learner's: a LoRA policy only."""
-        return hasattr(self.trainer_model, "peft_config")
+        return hasattr(self.model, "peft_config")
 
     def __init__(self, model, tokenizer, max_batch_size: int = 256, max_adapters: int = 8,
-                 max_prompt_tokens: int | None = None, merge_learner: bool | None = None, own_copy: bool = False):
+                 max_prompt_tokens: int | None = None, merge_learner: bool | None = None):
         """
         Args:
-            model: The policy (a peft model with the learner's adapter, or a plain causal LM).
+            model: The policy (a peft model with the learners' adapters, or a plain causal LM):
+                the worker serves a copy of it, made now, and never reads it again.
             tokenizer: Its tokenizer, with a chat template.
             max_batch_size: Most sequences in one generate call.
             max_adapters: Most checkpoint adapters held in the model at once (LRU unloading).
             max_prompt_tokens: Longest prompt sent to the model. A longer one is refused, not
                 truncated (a cut prompt would lose the game's state or the question); by default
                 (and never above) the model's context minus ``sampling.max_new_tokens``.
-            merge_learner: Serve learner-only calls from a copy with the adapter merged in
-                (faster generation, twice the model's memory; see the module docstring). Null
-                (the default): on for models of at most ``AUTO_MERGE_MAX_PARAMS`` parameters
-                (the tiny models, where the copy costs megabytes), off for larger ones.
-            own_copy: Generate with a copy of the model of the worker's own, into which
-                ``sync_weights`` copies the trained weights, instead of the trainer's model object:
-                what lets this backend collect asynchronously (``data.async_rollouts``) while
-                the optimizer changes the trainer's weights. Costs another copy of the model
-                (a third with ``merge_learner``); its logprobs are then another object's, and
-                ``loss.importance_sampling: auto`` corrects for them (a no-op in value when
-                nothing lags: the copy holds the same numbers).
+            merge_learner: Serve learner-only calls from a further copy with the adapter merged
+                in (faster generation, the model's memory once more; see the module docstring).
+                Null (the default): on for models of at most ``AUTO_MERGE_MAX_PARAMS``
+                parameters (the tiny models, where the copy costs megabytes), off for larger ones.
         """
         if max_adapters < 1:
             raise ValueError(f"rollout.max_adapters: expected >= 1, got {max_adapters}")
         self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
-        self.own_copy = own_copy
-        self.trainer_model = model
-        self.model = model  # with own_copy, replaced by the copy at the first publish_weights
-        self._published_key: tuple[int, ...] | None = None
+        with torch.inference_mode(False), torch.no_grad():  # written in place by load_weights
+            self.model = copy.deepcopy(model)
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.max_adapters = max_adapters
@@ -134,58 +124,44 @@ class HFRolloutWorker(RolloutWorker):
             merge_learner = sum(p.numel() for p in model.parameters()) <= AUTO_MERGE_MAX_PARAMS
         self.merge_learner = merge_learner
         self._merged: MergedCopy | None = None  # of self.model, made at the first learner-only call
+        self._targets: dict[str, dict[str, torch.Tensor]] = {}  # per learner: where its tensors go
 
     # ---- the learner's weights -----------------------------------------------------------------
-    def sync_weights(self, version: int) -> None:
-        """The new version; with ``own_copy`` the trained weights are copied in now."""
-        self.policy_version = version
-        self.publish_weights()
-
-    def publish_weights(self) -> None:
-        """With ``own_copy``: copy the trainer's trained parameters into the worker's model
-        (skipped when none changed since the last copy: their in-place version counters). The
-        first call makes the copy, a whole one: by then (the module's ``on_train_start`` or
-        ``on_validation_start``) Lightning has moved the trainer's model to its device and dtype
-        and restored a resumed run's weights. Without ``own_copy`` the worker reads the trainer's
-        own weights and there is nothing to copy."""
-        self.last_sync_bytes = 0
-        if not self.own_copy:
-            return
-        # never inference tensors (a standalone validate calls this under inference_mode): the
-        # copy is written in place at later syncs and its version counters are read
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Copy each learner's tensors into the worker's own model (placed and cast like the
+        trainer's the first time: ``update.device``, ``update.base_dtype``); the merged copy, if
+        any, is refreshed at the next learner-only call."""
         with torch.inference_mode(False), torch.no_grad():
-            self._take_own_copy()
-            trained = {name: p for name, p in self.trainer_model.named_parameters() if p.requires_grad}
-            key = weights_key(trained.values())
-            if key == self._published_key:
-                return
-            mine = dict(self.model.named_parameters())
-            for name, p in trained.items():
-                mine[name].copy_(p)
-            self._published_key = key
-            self.last_sync_bytes = sum(p.numel() * p.element_size() for p in trained.values())
+            self._place(update.device, update.base_dtype)
+            for learner, tensors in update.tensors.items():
+                if learner not in self._targets:
+                    self._targets[learner] = state_targets(self.model, learner)
+                targets = self._targets[learner]
+                for name, tensor in tensors.items():
+                    if name not in targets:
+                        raise ValueError(f"load_weights: the policy served here has no weight {name!r} of learner "
+                                         f"{learner!r}: the update was made for another model")
+                    target = targets[name]
+                    if target.dtype != tensor.dtype or target.device != tensor.device:
+                        target.data = torch.empty_like(tensor)
+                    target.copy_(tensor)
+        if self._merged is not None:
+            self._merged.mark_stale()
+        self.policy_version = update.version
 
-    def keep_unsharded_copy(self, device) -> None:
-        """With ``own_copy``: the copy is taken now, whole, before the trainer's model is sharded
-        (FSDP), and moved to ``device``; later syncs copy the trained weights into it as usual
-        (they stay whole on every rank). Without ``own_copy``: refused, naming the key."""
-        if not self.own_copy:
-            raise refuse(self, "generate from a sharded model (each rank's games need different numbers of forward "
-                         "passes, and every pass of a sharded model is a collective)", "data.rollout.init_args.own_copy",
-                         "set it to true (the backend then generates from a whole copy of its own), or use "
-                         "VLLMRolloutWorker / ServerRolloutWorker")
-        self._take_own_copy(device)
-
-    def _take_own_copy(self, device=None) -> None:
-        """The worker's own whole copy of the trainer's model, made once (on ``device`` if given)."""
-        if self.model is not self.trainer_model:
-            return
-        with torch.inference_mode(False), torch.no_grad():
-            self.model = copy.deepcopy(self.trainer_model)
-            if device is not None:
-                self.model.to(device)
-        self._merged = None
-        self._published_key = None
+    def _place(self, device, base_dtype) -> None:
+        """The worker's model on ``device`` with its frozen weights in ``base_dtype`` (what
+        Lightning's strategy and precision did to the trainer's); None leaves it as it is."""
+        moved = False
+        if device is not None and next(self.model.parameters()).device != torch.device(device):
+            self.model.to(device)
+            moved = True
+        frozen = next((p for p in self.model.parameters() if not p.requires_grad), None)
+        if base_dtype is not None and frozen is not None and frozen.dtype != base_dtype:
+            self.model.to(base_dtype)
+            moved = True
+        if moved:
+            self._merged = None  # made again from the placed model
 
     # ---- checkpoint adapters ------------------------------------------------------------------
     def register_adapter(self, name: str, path: str) -> None:
@@ -230,7 +206,7 @@ class HFRolloutWorker(RolloutWorker):
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type):
             self.model.load_adapter(path, adapter_name=_peft_name(name))
         self.adapter_load_seconds += time.perf_counter() - start
-        trainable_again(self.model)  # loading must not change what trains
+        trainable_again(self.model)  # the learners' adapters stay the active ones between calls
         self.loaded[name] = None
         self.adapter_loads += 1
 
@@ -431,7 +407,8 @@ class HFRolloutWorker(RolloutWorker):
             self.generated_tokens += len(ids)
             completions.append(Completion(text=text, prompt_ids=prompt, completion_ids=ids,
                                           logprobs=row_logprobs[: len(ids)], policy=policy,
-                                          policy_version=versions[policy]))
+                                          policy_version=versions[policy], temperature=sampling.temperature,
+                                          logprobs_from_trainer=True))
         return completions
 
 

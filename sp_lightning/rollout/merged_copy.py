@@ -1,58 +1,53 @@
 """The learner with its LoRA adapter merged into the weights, kept up to date in place.
 
 Unmerged LoRA layers cost a second matmul per projection in every forward; a merged copy serves
-learner-only generate calls at the base model's speed. The copy must follow the trained weights,
-which change at every optimizer step. Rebuilding it (a deep copy of the peft model, then peft's
-``merge_and_unload``) costs about as much as a batch of tiny-model games, so it is built once and
-afterwards refreshed in place: each merged weight is written as its frozen base weight plus the
-adapter's delta (peft's ``get_delta_weight``), and each trainable token row copied in. Where the
-adapter holds a trained parameter this does not know how to merge, the copy is rebuilt instead.
+learner-only generate calls at the base model's speed. The copy must follow the learner's
+weights, which the rollout worker's ``load_weights`` writes after every optimizer step and then
+marks this copy stale (:meth:`MergedCopy.mark_stale`). Rebuilding it (a deep copy of the peft
+model, then peft's ``merge_and_unload``) costs about as much as a batch of tiny-model games, so
+it is built once and afterwards refreshed in place: each merged weight is written as its frozen
+base weight plus the adapter's delta (peft's ``get_delta_weight``), and each trainable token row
+copied in. Where the adapter holds a trained parameter this does not know how to merge, the copy
+is rebuilt instead.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
 
 import torch
 
 from sp_lightning.learners import DEFAULT_ADAPTER as LEARNER_ADAPTER  # the one unnamed learner's adapter
 
 
-def weights_key(params: Iterable[torch.Tensor]) -> tuple[int, ...]:
-    """Changes whenever a tensor of ``params`` was written in place (torch bumps ``_version``:
-    optimizer steps, load_state_dict copies) or replaced (new storage)."""
-    params = list(params)
-    return tuple(p._version for p in params) + tuple(p.data_ptr() for p in params)
-
-
 class MergedCopy:
     """``get()``: the peft ``model``'s learner merged into a plain copy (eval mode), current with
-    the trained weights; ``builds`` and ``refreshes`` count the two ways it was made current."""
+    the learner's weights as of the last :meth:`mark_stale`; ``builds`` and ``refreshes`` count
+    the two ways it was made current."""
 
     def __init__(self, model):
         self.source = model
         self.model = None
         self.builds = 0
         self.refreshes = 0
-        self._key: tuple[int, ...] | None = None
+        self._stale = False
         self._refresh_steps: list | None = None  # None: the copy can only be rebuilt
-        self._watched: list[torch.Tensor] | None = None  # the trained weights, listed once per build
+
+    def mark_stale(self) -> None:
+        """The source's learner weights changed: the next ``get`` makes the copy current."""
+        self._stale = True
 
     def get(self):
-        if self._watched is None:
-            self._watched = self._trained()
-        key = weights_key(self._watched)
-        if self.model is None or (key != self._key and self._refresh_steps is None):
+        if self.model is None or (self._stale and self._refresh_steps is None):
             self._build()
-        elif key != self._key:
+        elif self._stale:
             self._refresh()
-        self._key = key
+        self._stale = False
         return self.model
 
     def release(self) -> None:
         """Drop the copy (its memory); the next ``get`` builds it again."""
-        self.model, self._key, self._refresh_steps, self._watched = None, None, None, None
+        self.model, self._refresh_steps = None, None
 
     def _trained(self) -> list[torch.Tensor]:
         return [p for p in self.source.parameters() if p.requires_grad]
@@ -64,7 +59,6 @@ class MergedCopy:
             merged.delete_adapter(name)
         self.model = merged.merge_and_unload().eval()
         self._refresh_steps = self._plan()
-        self._watched = self._trained()
         self.builds += 1
 
     def _plan(self) -> list | None:

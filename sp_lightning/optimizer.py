@@ -1,0 +1,55 @@
+"""``model.optimizer``: AdamW on the learners' trainable weights, one parameter group per learner,
+with a learning-rate schedule in training steps (one step per batch of games)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class OptimizerSettings:
+    """AdamW on the trainable weights."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float | None = 1.0
+    """Clip the gradient's global norm to this value; null disables clipping."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up over this many training steps."""
+    schedule: str = "constant"
+    """After warm-up: "constant", or "cosine" decay to min_lr_ratio * lr at trainer.max_steps."""
+    min_lr_ratio: float = 0.1
+    max_nonfinite_steps: int = 5
+    """A step whose loss or gradient is NaN or inf is skipped (no weight changes) and logged;
+    this many such steps in a row stop the run with an error."""
+
+    def __post_init__(self):
+        if self.max_nonfinite_steps < 1:
+            raise ValueError(f"optimizer.max_nonfinite_steps: expected >= 1, got {self.max_nonfinite_steps}")
+        if self.schedule not in ("constant", "cosine"):
+            raise ValueError(f"optimizer.schedule: expected 'constant' or 'cosine', got {self.schedule!r}")
+
+    def lr_factor(self, step: float, total_steps: int) -> float:
+        """Multiplier of lr at training step ``step`` (a fraction between two steps: a later pass
+        over the same batch): linear warm-up, then constant or cosine decay."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.schedule == "constant" or total_steps <= self.warmup_steps:
+            return 1.0
+        progress = min(1.0, (step - self.warmup_steps) / (total_steps - self.warmup_steps))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_optimizer(groups: list[tuple[list, OptimizerSettings]], total_steps: int, passes_per_step: int):
+    """One AdamW with a parameter group per ``(params, settings)`` (one optimizer step per pass,
+    whatever the number of learners), and a LambdaLR stepped once per pass, each group on its own
+    settings' schedule: the ``k``-th pass is at training step ``k / passes_per_step``."""
+    opt = torch.optim.AdamW([{"params": params, "lr": s.lr, "betas": tuple(s.betas), "weight_decay": s.weight_decay}
+                             for params, s in groups])
+    factors = [lambda k, s=s: s.lr_factor(k / passes_per_step if passes_per_step > 1 else k, total_steps)
+               for _, s in groups]
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factors)
