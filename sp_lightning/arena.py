@@ -24,6 +24,7 @@ from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episodes import Episode
 from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings
+from sp_lightning.sampling import SamplingPlan
 from sp_lightning.scheduler import PlayStats, Scheduler
 from sp_lightning.sources import NOTHING_TO_PLAY, EpisodeRequest, EpisodeSource
 from sp_lightning.stores import ArtifactStore
@@ -37,7 +38,8 @@ class Arena:
 
     Args:
         worker: The rollout backend serving every model policy (None: bots and remote models only).
-        sampling: How model completions are sampled.
+        sampling: How model completions are sampled: settings for every request, or a
+            ``SamplingPlan`` (a role's and a policy's own; ``sp_lightning.sampling``).
         bots: Scripted players by name (``bot:<name>`` seats).
         retry: How a generate call that failed with a transient fault is retried.
         remotes: Models behind OpenAI-compatible servers by name (``remote:<name>`` seats and judges).
@@ -59,7 +61,8 @@ class Arena:
     (a store of generated questions grows there).
     """
 
-    def __init__(self, worker: RolloutWorker | None = None, sampling: SamplingSettings | None = None, *,
+    def __init__(self, worker: RolloutWorker | None = None,
+                 sampling: SamplingSettings | SamplingPlan | None = None, *,
                  bots: dict | None = None, retry: RetrySettings | None = None, remotes: dict | None = None,
                  max_concurrent: int | None = None, episodes_per_batch: int = 64,
                  credit: CreditAssigner | None = None, seed: int = 0, source: EpisodeSource | None = None,
@@ -69,7 +72,7 @@ class Arena:
         if episodes_per_batch < 1:
             raise ValueError(f"arena.episodes_per_batch: expected >= 1, got {episodes_per_batch!r}")
         self.worker = worker
-        self.sampling = sampling or SamplingSettings()
+        self.sampling = SamplingPlan.of(sampling)
         self.bots = dict(bots or {})
         self.remotes = dict(remotes or {})  # name -> rollout.remote.RemoteModel
         self.max_concurrent = max_concurrent

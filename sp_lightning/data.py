@@ -24,6 +24,8 @@ league on disk, ratings, the evaluator), whose opponent sampler seats every trai
 
 from __future__ import annotations
 
+from typing import Any
+
 import lightning as L
 from torch.utils.data import DataLoader, IterableDataset
 
@@ -40,6 +42,7 @@ from sp_lightning.league.sampler import LeagueSampler
 from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rollout import RetrySettings, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
+from sp_lightning.sampling import SamplingPlan, checked_overrides
 from sp_lightning.sources import EpisodeSource
 from sp_lightning.weight_sync import WeightSync
 
@@ -112,13 +115,16 @@ class SelfPlayDataModule(L.LightningDataModule):
         arena: ArenaFactory | None = None,
         episode_log: EpisodeLogSettings | None = None,
         async_rollouts: AsyncRolloutSettings | None = None,
+        sampling_by_role: dict[str, dict[str, Any]] | None = None,
+        sampling_by_policy: dict[str, dict[str, Any]] | None = None,
     ):
         """
         Args:
             games: The games of the training mix, each with its opponents and reward settings;
                 they are also what validation plays. Optional when ``episodes`` is given.
             episodes_per_batch: Episodes played (per rank) for each optimizer step.
-            sampling: How the rollout worker samples completions.
+            sampling: How the rollout worker samples completions (every request's, unless a role's
+                or a policy's own overrides it).
             credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | EpisodicRewardCredit | Constant).
             eval: Evaluation against a fixed opponent at each validation.
             seed: Seed of the game schedule (deals, seats, opponents).
@@ -150,6 +156,11 @@ class SelfPlayDataModule(L.LightningDataModule):
                 (see sp_lightning.async_rollouts); off by default. Needs a backend whose engine
                 holds its own weights (VLLMRolloutWorker, ServerRolloutWorker, or
                 HFRolloutWorker).
+            sampling_by_role: A role's own sampling, each naming the settings it changes (``judge:
+                {temperature: 0.0}``; see sp_lightning.sampling).
+            sampling_by_policy: A policy's own sampling, by spec (``learner:solver``,
+                ``checkpoint:<id>``) or kind (``base``, ``checkpoint``, ``learner``); it wins over
+                the role's where both set a key.
         """
         super().__init__()
         games = list(games or [])
@@ -165,7 +176,10 @@ class SelfPlayDataModule(L.LightningDataModule):
             self.league_callback = LeagueCallback(league, opponents)
         opponents = opponents if opponents is not None else FixedMix()
         self.settings = EngineSettings(
-            games=games, episodes_per_batch=episodes_per_batch, sampling=sampling or SamplingSettings(),
+            games=games, episodes_per_batch=episodes_per_batch,
+            sampling=SamplingPlan(sampling or SamplingSettings(),
+                                  checked_overrides(sampling_by_role, "data.sampling_by_role"),
+                                  checked_overrides(sampling_by_policy, "data.sampling_by_policy")),
             credit=credit if credit is not None else GRPO(), eval=eval or EvalSettings(), seed=seed,
             opponents=opponents, source=default_source(games, opponents, episodes),
             rollout=rollout if rollout is not None else DEFAULTS["rollout"],

@@ -22,7 +22,6 @@ What a batch is: :meth:`Engine.next_batch` plays batch ``i`` from the stream ``(
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
 from sp_lightning.rollout.remote import RemoteModel
+from sp_lightning.sampling import SamplingPlan
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
 from sp_lightning.learners import Learners
 from sp_lightning.types import LEARNER, as_policy
@@ -92,12 +92,6 @@ class EvalSettings:
         """Env settings of evaluation games: the eval invalid-move policy, if one is set."""
         return {"invalid_move": self.invalid_move} if self.invalid_move else {}
 
-    def sampling(self, training: SamplingSettings) -> SamplingSettings:
-        """The training sampling, at the evaluation temperature if one is set."""
-        if self.temperature is None:
-            return training
-        return dataclasses.replace(training, temperature=self.temperature)
-
 
 @dataclass
 class EngineSettings:
@@ -105,7 +99,7 @@ class EngineSettings:
 
     games: list[GameSettings]
     episodes_per_batch: int
-    sampling: SamplingSettings
+    sampling: SamplingPlan
     credit: CreditAssigner
     eval: EvalSettings
     seed: int
@@ -204,7 +198,7 @@ class Engine:
                  fit: bool = False, learners: Learners | None = None):
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
-        check_moves_fit(settings.games, tokenizer, settings.sampling.max_new_tokens)
+        check_moves_fit(settings.games, tokenizer, settings.sampling.default.max_new_tokens)
         check_league_learners(settings.league, learners)
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)
@@ -277,9 +271,9 @@ class Engine:
         return self.collector.baton.lent() if self.collector is not None else nullcontext()
 
     # ---- evaluation -------------------------------------------------------------------------
-    def eval_sampling(self) -> SamplingSettings:
-        """The sampling of evaluation games: the training sampling at the eval temperature."""
-        return self.eval.sampling(self.sampling)
+    def eval_sampling(self) -> SamplingPlan:
+        """The sampling of evaluation games: the training plan at the eval temperature."""
+        return self.sampling.at_temperature(self.eval.temperature)
 
     def validate(self, game: GameSettings, prefix: str) -> tuple[dict[str, float], str]:
         """The learner against the evaluation opponent in ``game`` (``data.eval``), and its

@@ -24,6 +24,7 @@ from envs.bots import BOTS, make_bots
 from sp_lightning.evaluation.matches import serve_policy
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
+from sp_lightning.sampling import SamplingPlan
 from sp_lightning.types import ModelRequest, PolicyKind, PolicyRef, as_policy
 
 QUIT = ("quit", "exit", "resign")
@@ -87,13 +88,15 @@ class ModelPlayer:
     """A policy served by a rollout worker, prompted and read as the arena does it."""
 
     def __init__(self, worker: RolloutWorker, game: GameSettings, policy: PolicyRef,
-                 sampling: SamplingSettings, role: str):
-        self.worker, self.game, self.policy, self.sampling, self.role = worker, game, policy, sampling, role
+                 sampling: SamplingSettings | SamplingPlan, role: str):
+        self.worker, self.game, self.policy, self.role = worker, game, policy, role
+        self.sampling = SamplingPlan.of(sampling)
 
     def __call__(self, observation: str, legal_actions: list[str]) -> str | None:
         template = self.game.prompt_template
         request = ModelRequest(self.role, template.messages(observation, self.role), self.policy, legal_actions)
-        completion = self.worker.generate([request], self.sampling)[0]
+        request.sampling = self.sampling.for_request(request)
+        completion = self.worker.generate([request], request.sampling)[0]
         return template.parse(completion.text).action_text  # None: an invalid move
 
 
@@ -114,7 +117,8 @@ def announced(player: Callable[[str, list[str]], str | None], agent: str, write:
 
 
 def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, worker: RolloutWorker | None,
-                     sampling: SamplingSettings | None = None, seed: int | None = None) -> dict[str, Any]:
+                     sampling: SamplingSettings | SamplingPlan | None = None,
+                     seed: int | None = None) -> dict[str, Any]:
     """A player for every seat but ``human``'s, all of them ``opponent``: ``bot:<name>`` (seeded
     as the arena seeds its bots), or a model policy served by ``worker`` (``learner``, ``base``,
     ``checkpoint:<name>`` of an adapter the worker holds, or ``checkpoint:<adapter dir>``, which

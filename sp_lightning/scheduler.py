@@ -30,6 +30,7 @@ from sp_lightning.credit import Branching
 from sp_lightning.episodes import Episode
 from sp_lightning.learners import Learners
 from sp_lightning.rollout.base import RetrySettings, RolloutWorker, SamplingSettings, generate_with_retries
+from sp_lightning.sampling import SamplingPlan
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, Rollout
 
 
@@ -52,7 +53,8 @@ class Scheduler:
 
     Args:
         worker: The backend serving every model policy (None: bots and remote models only).
-        sampling: How model completions are sampled.
+        sampling: How model completions are sampled: one SamplingSettings for every request, or a
+            ``sp_lightning.sampling.SamplingPlan`` (a role's and a policy's own settings).
         retry: How a generate call that failed with a transient fault is retried.
         bots: Scripted players by name (``bot:<name>`` seats).
         remotes: Models behind OpenAI-compatible servers by name (``remote:<name>`` seats and judges).
@@ -63,13 +65,13 @@ class Scheduler:
             completion and the rollout's seats carry the learner that answered.
     """
 
-    def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings, retry: RetrySettings,
+    def __init__(self, worker: RolloutWorker | None, sampling: SamplingSettings | SamplingPlan, retry: RetrySettings,
                  bots: dict, remotes: dict, episode_log=None, branching: Branching | None = None,
                  learners: Learners | None = None):
         self.worker = worker
         self.learners = learners if learners is not None else Learners()
         self.branching = branching
-        self.sampling = sampling
+        self.sampling = SamplingPlan.of(sampling)
         self.retry = retry
         self.bots = bots
         self.remotes = remotes
@@ -177,6 +179,7 @@ class _Run:
         request.policy = self.scheduler.learners.resolve(request.policy, request.role)
         if not request.policy.is_model:
             return self.scheduler.bot_answer(request)
+        request.sampling = self.scheduler.sampling.for_request(request)
         if request.policy.kind is PolicyKind.REMOTE:
             return await self.remote_answer(request)
         worker = self.scheduler.worker
@@ -191,7 +194,7 @@ class _Run:
     async def remote_answer(self, request: ModelRequest) -> Completion:
         model = self.scheduler.remote_model(request.policy.name)
         # sent first (on the model's thread pool), then the local batch may go while it is on the way
-        answer = model.submit(request, self.scheduler.sampling, self.remote_versions)
+        answer = model.submit(request, request.sampling, self.remote_versions)
         self.runnable -= 1  # blocked on the server: the others' local batch need not wait for it
         self.maybe_flush()
         try:
@@ -208,7 +211,7 @@ class _Run:
         stats.requests_sent += len(batch)
         stats.most_requests = max(stats.most_requests, len(batch))
         completions, retries = generate_with_retries(
-            self.scheduler.worker, [r for r, _ in batch], self.scheduler.sampling, self.scheduler.retry)
+            self.scheduler.worker, [r for r, _ in batch], self.scheduler.sampling.default, self.scheduler.retry)
         stats.retries += retries
         self.runnable += len(batch)
         for (_, future), completion in zip(batch, completions):

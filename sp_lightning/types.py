@@ -105,6 +105,10 @@ class ModelRequest:
     policy_version: int | None = None
     """The rollout worker's weight version when a learner request was sent (set by the arena):
     the completion was sampled from that version. Other policies' weights never change."""
+    sampling: Any = None
+    """The ``SamplingSettings`` it is sampled with (set by the scheduler from the run's
+    ``sp_lightning.sampling.SamplingPlan``: its role's and its policy's own); None: the settings
+    the backend's ``generate`` call was given."""
 
 
 @dataclass

@@ -385,7 +385,7 @@ class LeagueCallback(L.Callback):
         from sp_lightning.league.evaluator import die_with_parent, spec_for
 
         engine = engine_of(trainer)
-        spec = spec_for(pl_module.policy_settings, engine.games[0], engine.eval_sampling(), self.registry.path,
+        spec = spec_for(pl_module.policy_settings, engine.games[0], engine.eval_sampling().plain(), self.registry.path,
                         newest.id, gatekeepers, self.evaluator.games_per_seat, self.evaluator.seed + step,
                         step, self.evaluator.threads, engine.eval.env_overrides(),
                         games_per_match=self.pooler.games_per_match)

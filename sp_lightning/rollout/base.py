@@ -45,9 +45,9 @@ class WeightUpdate:
         return sum(t.numel() * t.element_size() for tensors in self.tensors.values() for t in tensors.values())
 
 
-@dataclass
+@dataclass(frozen=True)
 class SamplingSettings:
-    """How completions are sampled."""
+    """How completions are sampled (hashable: a backend groups requests by their settings)."""
 
     max_new_tokens: int = 8
     """Generation stops at end-of-turn or after this many tokens."""
@@ -66,6 +66,15 @@ class SamplingSettings:
             raise ValueError(f"sampling.temperature: expected >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"sampling.top_p: expected in (0, 1], got {self.top_p}")
+
+
+def by_sampling(indices: list[int], settings: list[SamplingSettings]) -> list[tuple[SamplingSettings, list[int]]]:
+    """``indices`` grouped by their requests' sampling ``settings`` (equal settings together, in
+    first-seen order): one call per group on a backend that samples a whole call alike."""
+    groups: dict[SamplingSettings, list[int]] = {}
+    for i in indices:
+        groups.setdefault(settings[i], []).append(i)
+    return list(groups.items())
 
 
 class RolloutWorker(ABC):
@@ -165,14 +174,16 @@ def refuse(worker: RolloutWorker, what: str, key: str, instead: str) -> ValueErr
 # ---- plumbing every backend shares ------------------------------------------------------------
 
 def refuse_too_long(requests: list[ModelRequest], prompts: list[list[int]],
-                    limit: int) -> tuple[list[Completion | None], list[int]]:
+                    limit: int | list[int]) -> tuple[list[Completion | None], list[int]]:
     """``(results, sendable)``: a refused Completion (``PROMPT_TOO_LONG``, never sent: the model
-    would read past its context) in place of each prompt longer than ``limit``, None for the
-    others, and the indices of the others, which the backend fills in."""
+    would read past its context) in place of each prompt longer than ``limit`` (one for all, or
+    each request's own: its sampling's budget differs), None for the others, and the indices of
+    the others, which the backend fills in."""
     results: list[Completion | None] = [None] * len(requests)
     sendable = []
+    limits = limit if isinstance(limit, list) else [limit] * len(prompts)
     for i, prompt in enumerate(prompts):
-        if len(prompt) > limit:
+        if len(prompt) > limits[i]:
             results[i] = Completion("", prompt_ids=prompt, policy=requests[i].policy, refused=PROMPT_TOO_LONG)
         else:
             sendable.append(i)

@@ -48,12 +48,11 @@ from contextlib import contextmanager
 
 import torch
 
-from sp_lightning.rollout.base import (
-    RolloutWorker, SamplingSettings, check_adapter_dir, checked_max_prompt_tokens, context_length, prompt_limit,
-    refuse, refuse_too_long, registered_path,
-)
 from sp_lightning.learners import adapter_of, learner_adapters, state_targets, trainable_again
-from sp_lightning.rollout.base import WeightUpdate
+from sp_lightning.rollout.base import (
+    RolloutWorker, SamplingSettings, WeightUpdate, by_sampling, check_adapter_dir, checked_max_prompt_tokens,
+    context_length, prompt_limit, refuse, refuse_too_long, registered_path,
+)
 from sp_lightning.rollout.chat import PromptEncoder
 from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy
 from sp_lightning.rollout.sampler import sample
@@ -332,13 +331,18 @@ class HFRolloutWorker(RolloutWorker):
         return prompt_limit(context_length(self.model), sampling, self.max_prompt_tokens)
 
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
+        """Each request sampled with its own settings (``request.sampling``, else ``sampling``):
+        requests with equal settings share calls, one call per distinct settings and policy pack."""
         prompts = self.encode_prompts([r.messages for r in requests])
-        results, sendable = refuse_too_long(requests, prompts, self.prompt_limit(sampling))
-        for call in self._calls([requests[i].policy for i in sendable]):
-            rows = [sendable[j] for j in call]
-            completions = self._generate_ids([prompts[i] for i in rows], [requests[i].policy for i in rows], sampling)
-            for i, completion in zip(rows, completions):
-                results[i] = completion
+        settings = [r.sampling or sampling for r in requests]
+        results, sendable = refuse_too_long(requests, prompts, [self.prompt_limit(s) for s in settings])
+        for call_sampling, group in by_sampling(sendable, settings):
+            for call in self._calls([requests[i].policy for i in group]):
+                rows = [group[j] for j in call]
+                completions = self._generate_ids([prompts[i] for i in rows], [requests[i].policy for i in rows],
+                                                 call_sampling)
+                for i, completion in zip(rows, completions):
+                    results[i] = completion
         return results  # type: ignore[return-value]
 
     @torch.no_grad()

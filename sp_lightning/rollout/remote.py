@@ -190,7 +190,8 @@ class RemoteRolloutWorker(RolloutWorker):
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.settings["max_concurrency"],
                                             thread_name_prefix="remote-rollout")
-        texts = list(self._pool.map(lambda pair: pair[0].complete(pair[1].messages, sampling), zip(models, requests)))
+        texts = list(self._pool.map(lambda pair: pair[0].complete(pair[1].messages, pair[1].sampling or sampling),
+                                    zip(models, requests)))
         return [Completion(text=text, policy=r.policy, policy_version=self.policy_version)
                 for text, r in zip(texts, requests)]
 

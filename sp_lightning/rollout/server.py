@@ -318,15 +318,18 @@ class ServerRolloutWorker(RolloutWorker):
 
     # ---- generation --------------------------------------------------------------------------
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
+        """Each request sent on its own with its own settings (``request.sampling``, else
+        ``sampling``), at most ``max_concurrency`` in flight per server."""
         prompts = self.prompts.encode([r.messages for r in requests])
-        limit = prompt_limit(self.max_model_len, sampling, self.max_prompt_tokens)
-        results, sendable = refuse_too_long(requests, prompts, limit)
+        settings = [r.sampling or sampling for r in requests]
+        limits = [prompt_limit(self.max_model_len, s, self.max_prompt_tokens) for s in settings]
+        results, sendable = refuse_too_long(requests, prompts, limits)
         self._probe()
         names = {p: self._served_name(p) for p in dict.fromkeys(requests[i].policy for i in sendable)}
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency * len(self.base_urls),
                                             thread_name_prefix="server-rollout")
-        futures = [(i, self._pool.submit(self._send, names[requests[i].policy], prompts[i], sampling))
+        futures = [(i, self._pool.submit(self._send, names[requests[i].policy], prompts[i], settings[i]))
                    for i in sendable]
         for i, future in futures:
             ids, logprobs = future.result()
@@ -334,7 +337,7 @@ class ServerRolloutWorker(RolloutWorker):
             policy = requests[i].policy
             results[i] = Completion(text=self.tokenizer.decode(ids, skip_special_tokens=True), prompt_ids=prompts[i],
                                     completion_ids=ids, logprobs=logprobs, policy=policy,
-                                    policy_version=self.version_of(policy), temperature=sampling.temperature)
+                                    policy_version=self.version_of(policy), temperature=settings[i].temperature)
         return results  # type: ignore[return-value]
 
     def _send(self, model_name: str, prompt: list[int], sampling: SamplingSettings):

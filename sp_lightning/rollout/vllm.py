@@ -390,21 +390,27 @@ class VLLMRolloutWorker(RolloutWorker):
         )
 
     def generate(self, requests: list[ModelRequest], sampling: SamplingSettings) -> list[Completion]:
+        """Each request sampled with its own settings (``request.sampling``, else ``sampling``), all
+        in one engine call (vLLM takes a SamplingParams per prompt)."""
         from vllm.inputs import TokensPrompt
 
         prompts = self.prompts.encode([r.messages for r in requests])
-        results, sendable = refuse_too_long(requests, prompts, self.prompt_limit(sampling))
+        settings = [r.sampling or sampling for r in requests]
+        results, sendable = refuse_too_long(requests, prompts, [self.prompt_limit(s) for s in settings])
         if sendable:
             self._engine()  # started before the watch begins, so that the watch sees it
+            params = {s: self._sampling_params(s) for s in dict.fromkeys(settings[i] for i in sendable)}
             with self._raising_if_the_engine_dies():
                 loras = {policy: self._request_of(policy)
                          for policy in dict.fromkeys(requests[i].policy for i in sendable)}
                 outputs = self._engine().generate(
-                    [TokensPrompt(prompt_token_ids=prompts[i]) for i in sendable], self._sampling_params(sampling),
+                    [TokensPrompt(prompt_token_ids=prompts[i]) for i in sendable],
+                    [params[settings[i]] for i in sendable],
                     lora_request=[loras[requests[i].policy] for i in sendable], use_tqdm=False,
                 )
             for i, output in zip(sendable, outputs):
-                results[i] = self._completion(requests[i].policy, prompts[i], output.outputs[0], sampling.temperature)
+                results[i] = self._completion(requests[i].policy, prompts[i], output.outputs[0],
+                                              settings[i].temperature)
         return results  # type: ignore[return-value]
 
     @contextmanager
