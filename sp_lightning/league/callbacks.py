@@ -125,8 +125,7 @@ class LeagueCallback(L.Callback):
             self.registry.restore(self._restore["registry"])
             self.best_learner_rating = self._restore["best_learner_rating"]
             self.pruned = [tuple(p) for p in self._restore["pruned"]]
-            if "pooler" in self._restore:  # absent in checkpoints from before games_per_match
-                self.pooler.load_state_dict(self._restore["pooler"])
+            self.pooler.load_state_dict(self._restore["pooler"])
             if self.exploiters is not None and "exploiters" in self._restore:
                 self.exploiters.load_state_dict(self._restore["exploiters"])
             self._restore = None
@@ -179,7 +178,7 @@ class LeagueCallback(L.Callback):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._restore = renamed_learner(state)
+        self._restore = state
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         self.saved_step = trainer.global_step
@@ -499,24 +498,3 @@ def _state_of(news: dict[str, Any]) -> LeagueState:
     return LeagueState.from_dict({"schema_version": LeagueState.empty().schema_version, **news["agents"]},
                                  where="the lead's league")
 
-
-FORMER_LEARNER_ID = "hero"
-"""The learner's id in leagues saved before it had one name everywhere."""
-
-
-def renamed_learner(state: dict[str, Any]) -> dict[str, Any]:
-    """A league checkpoint saved when the learner was called ``hero``, with its new name: the
-    registry's agent and matches, and the best rating (newer states pass unchanged)."""
-    if "best_hero_rating" not in state:
-        return state
-    state = dict(state)
-    state["best_learner_rating"] = state.pop("best_hero_rating")
-    registry = dict(state["registry"])
-    agents = dict(registry["agents"])
-    if FORMER_LEARNER_ID in agents:
-        agents[LEARNER_ID] = {**agents.pop(FORMER_LEARNER_ID), "id": LEARNER_ID}
-    registry["agents"] = agents
-    registry["matches"] = [{**m, "agents": [LEARNER_ID if a == FORMER_LEARNER_ID else a for a in m["agents"]]}
-                           for m in registry["matches"]]
-    state["registry"] = registry
-    return state
