@@ -54,6 +54,7 @@ from sp_lightning import rng as rng_streams
 from sp_lightning.engine import engine_of
 from sp_lightning.league import best_responses
 from sp_lightning.league.exploiters import ExploiterTracker
+from sp_lightning.league.messages import RankReport
 from sp_lightning.league.ratings import MatchPooler, TrueSkillRatings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry, LeagueState
 from sp_lightning.league.sampler import LeagueSampler
@@ -192,8 +193,8 @@ class LeagueCallback(L.Callback):
         if not self.lead:
             self._follow(trainer, pl_module, news)
         copy_from = self.main if self.exploiters is not None and self.exploiters.settings.reset_to == "main" else None
-        for name, seed in news.get("resets", []):  # every rank alike: the same fresh adapter
-            pl_module.reset_learner(name, seed, copy_from=copy_from)
+        for reset in news.get("resets", []):  # every rank alike: the same fresh adapter
+            pl_module.reset_learner(reset.learner, reset.seed, copy_from=copy_from)
         if news.get("resets"):
             engine_of(trainer).worker.publish_weights()  # the next batch plays the fresh adapter
         self._seat_best_responses(trainer, news.get("best_responses", {}))
@@ -201,23 +202,20 @@ class LeagueCallback(L.Callback):
         metrics.update(self._refresh(step, _state_of(news)))
         pl_module.log_dict(metrics, batch_size=1)
 
-    def _lead_step(self, trainer, pl_module, step: int, drained: list) -> dict[str, Any]:
+    def _lead_step(self, trainer, pl_module, step: int, drained: list[RankReport]) -> dict[str, Any]:
         """The lead's part of a step: every rank's games recorded, the schedule's promotions and
         prunes, the evaluator and exploitability; returns the news for every rank."""
-        matches = [m for part in drained for m in part[0]]
-        buckets = [b for part in drained for b in part[1]]
-        results = [r for part in drained for r in part[2]]
-        exploited = [r for part in drained for r in part[3]]
-        if matches:
-            rated = self.pooler.add(matches)
+        report = RankReport.merged(drained)
+        if report.matches:
+            rated = self.pooler.add(report.matches)
             if rated:
                 self.registry.record_matches(rated, step=step, source="train")
-        metrics = self._mix_and_results(buckets, results)
+        metrics = self._mix_and_results(report.buckets, report.results)
         state = self.registry.read()
         promoted, pruned = self._promote_and_prune(trainer, step, state)
         resets = []
         if self.exploiters is not None:
-            exploiter_metrics, succeeded, resets = self.exploiters.step(step, exploited)
+            exploiter_metrics, succeeded, resets = self.exploiters.step(step, report.exploiter_results)
             metrics.update(exploiter_metrics)
             for name in succeeded:
                 promoted.append(self._promote_exploiter(trainer, step, name))

@@ -18,6 +18,7 @@ from typing import Any
 from sp_lightning.games import GameSettings, OpponentSampler
 from sp_lightning.league.exploration import NGramCoverage
 from sp_lightning.league.matchmaking import KINDS, MIRROR_ID, Candidate, LearnerInfo, Matchmaker, MatchmakingSettings
+from sp_lightning.league.messages import RankReport
 from sp_lightning.league.ratings import TrueSkillRatings
 from sp_lightning.types import LEARNER, LEARNER_ID, PolicyKind, PolicyRef, Rollout, parse_policy
 
@@ -166,10 +167,11 @@ class LeagueSampler(OpponentSampler):
         kind = self.kinds.get(agent_id)
         return kind if kind in ("baseline", "best_response") else "checkpoint"
 
-    def drain(self) -> tuple[list, list[str], list[tuple[str, float]], list[tuple[str, float]]]:
-        """This batch's match results, opponent buckets, (opponent type, learner payoff) pairs and
-        (exploiter, its payoff) pairs."""
-        out = (self.pending, self.step_buckets, self.step_results, self.exploiter_results)
+    def drain(self) -> RankReport:
+        """This batch's games as the report this rank hands the league's lead (and starts the
+        next batch's empty)."""
+        out = RankReport(matches=self.pending, buckets=self.step_buckets, results=self.step_results,
+                         exploiter_results=self.exploiter_results)
         self.pending, self.step_buckets, self.step_results, self.exploiter_results = [], [], [], []
         return out
 
