@@ -277,28 +277,3 @@ def test_kill_mid_write_leaves_a_valid_file_and_a_free_lock(tmp_path):
     reg.set_metadata(after="kill")  # the next writer goes ahead and sweeps the dead one's temp file
     assert reg.read().metadata["after"] == "kill" and reg.read().metadata["counter"] == counter
     assert not list(tmp_path.glob("*.tmp"))
-
-
-def test_a_league_saved_when_the_learner_was_called_hero_resumes_under_its_one_name(tmp_path):
-    """Checkpoints written before the learner had one name call it ``hero``: on resume the
-    registry's agent, its matches and the best rating carry the new name."""
-    from sp_lightning.league.callbacks import LeagueCallback
-    from sp_lightning.league.sampler import LeagueSampler
-    from sp_lightning.league.settings import LeagueSettings
-
-    old = LeagueRegistry(tmp_path / "old.json")
-    old.add_agent(AgentRecord("hero", "learner", "learner", step=0))
-    old.add_agent(AgentRecord("random_bot", "baseline", "bot:random"))
-    old.record_matches([(["hero", "random_bot"], [1.0, -1.0])], step=3, source="train")
-    state = {"registry": old.snapshot_dict(), "best_hero_rating": 4.5, "pruned": []}
-    settings = LeagueSettings(dir=str(tmp_path / "league"))
-    callback = LeagueCallback(settings, LeagueSampler.from_settings(settings))
-    callback.load_state_dict(state)
-    callback.registry.restore(callback._restore["registry"])
-    league = callback.registry.read()
-    assert set(league.agents) == {"learner", "random_bot"} and league.agents["learner"].id == "learner"
-    assert league.matches[0].agents == ["learner", "random_bot"]
-    assert callback._restore["best_learner_rating"] == 4.5
-    from sp_lightning.league.callbacks import renamed_learner
-
-    assert renamed_learner(callback._restore) is callback._restore  # a state of today's passes unchanged

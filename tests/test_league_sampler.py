@@ -49,10 +49,11 @@ def test_finished_games_become_rating_matches_and_win_rates():
                       outcome={"player_0": 1.0, "player_1": -1.0})
     mirror = Rollout("tictactoe_v1", seats={"player_0": LEARNER, "player_1": LEARNER}, outcome={"player_0": 1.0, "player_1": -1.0})
     sampler.observe([rollout, mirror])
-    matches, _, results, exploited = sampler.drain()
-    assert exploited == []  # no exploiters in this league
-    assert matches == [([LEARNER_ID, "random_bot"], [1.0, -1.0])]
-    assert results == [("baseline", 1.0), ("mirror", 0.0)]
+    report = sampler.drain()
+    assert report.exploiter_results == []  # no exploiters in this league
+    assert report.matches == [([LEARNER_ID, "random_bot"], [1.0, -1.0])]
+    assert report.results == [("baseline", 1.0), ("mirror", 0.0)]
+    assert sampler.drain().matches == [], "drained: the next batch starts empty"
     assert sampler.win_rates["random_bot"] == 0.75
     state = sampler.state_dict()
     fresh = LeagueSampler()

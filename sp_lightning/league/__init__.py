@@ -9,8 +9,16 @@ the opponent sampler and the callback below.
 - ``matchmaking``: who the learner plays (PFSP and the modes Unstable Baselines users know).
 - ``exploration``: n-gram coverage of each agent's action sequences.
 - ``sampler``: the league's opponent sampler (composes each training batch).
-- ``callbacks``: the Lightning callback: checkpoint schedule, ratings, background evaluator.
+- ``callbacks``: the Lightning callback, which wires training's hooks to the units below.
+- ``store``: the lead's league on disk: checkpoint schedule, promotions and prunes, resume.
+- ``sync``: the ranks' collectives, and each rank's worker serving the league's adapters.
+- ``evaluator_process``: starts, polls and stops the background tournament.
 - ``evaluator``: the background tournament process, reading adapters from disk.
+- ``exact``: exact exploitability and best responses, for every game that has them.
+- ``best_responses``: a best response as a table on disk and as a bot.
+- ``exploiters``: AlphaStar's exploiters as the lead tracks them.
+- ``messages``: what passes between ranks and processes, as dataclasses.
+- ``metrics``: the league's figures and their names.
 """
 
 import importlib

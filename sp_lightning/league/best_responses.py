@@ -12,9 +12,10 @@ A best response is a table: the position's key (Kuhn Poker's information state, 
 board) -> every move of the highest value there, for both seats. It is stored as JSON in the
 league's ``best_responses/`` folder (``<id>.json``), is a league agent of type ``best_response``
 whose policy is ``bot:<id>``, and plays as a bot: a move of the table at random among equal ones
-(a legal move at random where the table has none). The exploiter learners of
-``data.league.exploiters`` estimate the same thing by learning; this is the exact thing, for the
-games that have it.
+(a legal move at random where the table has none). In a run of several games each game that has
+one gets its own (``br-<game>-<step>``, tagged ``game:<game>``), seated only in that game's
+episodes. The exploiter learners of ``data.league.exploiters`` estimate the same thing by
+learning; this is the exact thing, for the games that have it.
 """
 
 from __future__ import annotations
@@ -51,10 +52,26 @@ a best response."""
 AGENT_TYPE = "best_response"
 """The league type (and PFSP bucket) of best-response members."""
 FOLDER = "best_responses"
+GAME_TAG = "game:"
+"""The tag prefix that names a best response's game in a league of several games (``game:<name>``):
+it plays only there, as its table reads only that game's positions."""
 
 
-def agent_id(step: int) -> str:
-    return f"br-{step:06d}"
+def agent_id(step: int, game: str | None = None) -> str:
+    """``br-<step>``; in a run of several games ``br-<game>-<step>``, one per game that has one."""
+    return f"br-{step:06d}" if game is None else f"br-{game}-{step:06d}"
+
+
+def tags(game: str | None = None) -> list[str]:
+    """A best response's league tags: with several games, the game it plays in (``game_of``)."""
+    return ["best_response"] if game is None else ["best_response", f"{GAME_TAG}{game}"]
+
+
+def game_of(record) -> str | None:
+    """The one game a league member (an ``AgentRecord``) plays in, or None: every game."""
+    if record.type != AGENT_TYPE:
+        return None
+    return next((t.removeprefix(GAME_TAG) for t in record.tags if t.startswith(GAME_TAG)), None)
 
 
 def table_path(league_dir: str, agent: str) -> str:

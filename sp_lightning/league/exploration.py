@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sp_lightning.types import LEARNER_ID
-
 
 class NGramCoverage:
     """Per-agent n-gram coverage of action sequences.
@@ -95,6 +93,5 @@ class NGramCoverage:
             raise ValueError(f"coverage state: tracks n-gram lengths {ns}, this tracker expects {self.ns}")
         self._seen, self._total = {}, {}
         for agent, per_n in state["agents"].items():
-            agent = LEARNER_ID if agent == "hero" else agent  # states saved before the learner's rename
             self._seen[agent] = {m: {tuple(g) for g in per_n[str(m)]["distinct"]} for m in self.ns}
             self._total[agent] = {m: int(per_n[str(m)]["total"]) for m in self.ns}

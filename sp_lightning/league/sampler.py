@@ -16,8 +16,10 @@ from collections import defaultdict
 from typing import Any
 
 from sp_lightning.games import GameSettings, OpponentSampler
+from sp_lightning.league import best_responses
 from sp_lightning.league.exploration import NGramCoverage
 from sp_lightning.league.matchmaking import KINDS, MIRROR_ID, Candidate, LearnerInfo, Matchmaker, MatchmakingSettings
+from sp_lightning.league.messages import RankReport
 from sp_lightning.league.ratings import TrueSkillRatings
 from sp_lightning.types import LEARNER, LEARNER_ID, PolicyKind, PolicyRef, Rollout, parse_policy
 
@@ -59,6 +61,7 @@ class LeagueSampler(OpponentSampler):
         self.policy_ids: dict[str, str] = {}  # policy spec -> agent id
         self.policies: dict[str, PolicyRef] = {}  # agent id -> policy
         self.kinds: dict[str, str] = {}  # agent id -> league type
+        self.game_of: dict[str, str] = {}  # agent id -> the one game it plays (best responses of several games)
         self.win_rates: dict[str, float] = {}  # EMA of the learner's score (1 win, 0.5 draw) per opponent
         self.rotation: dict[str, int] = defaultdict(int)
         self.pending: list[tuple[list[str], list[float]]] = []  # match results for the ratings
@@ -77,6 +80,7 @@ class LeagueSampler(OpponentSampler):
         self.learner = LearnerInfo(step=step or 0, elo=learner.elo, mu=learner.mu, sigma=learner.sigma)
         self.policy_ids = {a.policy: a.id for a in agents}
         self.kinds = {a.id: a.type for a in agents}
+        self.game_of = {a.id: game for a in agents if (game := best_responses.game_of(a)) is not None}
         self.policies = {a.id: parse_policy(a.policy) for a in agents if a.type != LEARNER_ID}
         self.candidates = [
             Candidate(
@@ -106,7 +110,7 @@ class LeagueSampler(OpponentSampler):
         exploiter = self._exploiter_game(rng)
         if exploiter == "main":  # the main exploiter against the main agent in every other seat
             return {a: (self.exploiter_refs[self.exploiters.main] if a == learner_seat else LEARNER) for a in agents}
-        picks = self.matchmaker.sample(self.learner, self.candidates, rng, k=len(agents) - 1,
+        picks = self.matchmaker.sample(self.learner, self._candidates_for(game.name), rng, k=len(agents) - 1,
                                        max_distinct=self.max_distinct)
         if exploiter == "league":  # the league exploiter against the league, picked as for the main agent
             others = iter(picks)
@@ -118,6 +122,13 @@ class LeagueSampler(OpponentSampler):
         for agent in agents:
             seats[agent] = LEARNER if agent == learner_seat else self._policy_of(next(others))
         return seats
+
+    def _candidates_for(self, game: str) -> list[Candidate]:
+        """The members that can sit in a game of ``game``: all of them, but for another game's
+        best responses in a league of several games (a table reads only its own game)."""
+        if not self.game_of:
+            return self.candidates
+        return [c for c in self.candidates if self.game_of.get(c.id, game) == game]
 
     def _policy_of(self, pick) -> PolicyRef:
         return LEARNER if pick.id == MIRROR_ID else self.policies[pick.id]
@@ -166,10 +177,11 @@ class LeagueSampler(OpponentSampler):
         kind = self.kinds.get(agent_id)
         return kind if kind in ("baseline", "best_response") else "checkpoint"
 
-    def drain(self) -> tuple[list, list[str], list[tuple[str, float]], list[tuple[str, float]]]:
-        """This batch's match results, opponent buckets, (opponent type, learner payoff) pairs and
-        (exploiter, its payoff) pairs."""
-        out = (self.pending, self.step_buckets, self.step_results, self.exploiter_results)
+    def drain(self) -> RankReport:
+        """This batch's games as the report this rank hands the league's lead (and starts the
+        next batch's empty)."""
+        out = RankReport(matches=self.pending, buckets=self.step_buckets, results=self.step_results,
+                         exploiter_results=self.exploiter_results)
         self.pending, self.step_buckets, self.step_results, self.exploiter_results = [], [], [], []
         return out
 

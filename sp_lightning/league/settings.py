@@ -167,14 +167,16 @@ class LeagueSettings:
     ``<name>_bot`` for any other bot (``bot:<name>``, e.g. tictactoe_tactical_bot). Null:
     base_model, random_bot, chaos_bot (they play every game)."""
     exploitability_every: int = 0
-    """Log the learner's and the league mixture's exploitability every this many steps, for
-    games that have it (Kuhn Poker); 0 disables it."""
+    """Log the learner's and the league mixture's exploitability every this many steps, in each
+    game of the run that has it (Kuhn Poker; Tic-Tac-Toe the learner's only); 0 disables it. A run
+    none of whose games has it is refused when training starts."""
     best_response_every: int = 0
     """Every this many steps the exact best response to the learner joins the league as an
     opponent (type and PFSP bucket ``best_response``, played as ``bot:br-<step>``; tables in
-    ``<dir>/best_responses/``), for games whose exploitability is exact (Kuhn Poker, Tic-Tac-Toe:
-    see ``sp_lightning.league.best_responses``); 0 disables it. Give the bucket a share in
-    ``matchmaking.bucket_weights`` (default 0.2) and the learner plays them."""
+    ``<dir>/best_responses/``), in each game of the run whose exploitability is exact (Kuhn Poker,
+    Tic-Tac-Toe: see ``sp_lightning.league.best_responses``; refused when none is); 0 disables it.
+    Give the bucket a share in ``matchmaking.bucket_weights`` (default 0.2) and the learner plays
+    them."""
     games_per_match: int = 1
     """Games of the same agents pooled into one rated match, scored by total payoff. 1 rates
     every game, right for win/draw/loss games; poker needs blocks of hands so that ratings follow

@@ -1,0 +1,130 @@
+"""The background evaluator as the trainer sees it: when a tournament starts, whom the newest
+checkpoint plays, the spec it is given, the process, and its result read back as metrics.
+
+The tournament itself runs in its own process (``python -m sp_lightning.league.evaluator``,
+``evaluator.py``) while training goes on: it reads the adapters from disk and records its games
+in the registry under the registry's lock. Its files live in ``<league dir>/evaluations/``:
+``<agent>-step<step>.json`` (the :class:`~sp_lightning.league.messages.EvaluatorSpec`),
+``.log`` (its output) and ``.result.json`` (the ``EvaluatorResult``). Only the lead starts one,
+and one at a time.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from sp_lightning.games import GameSettings
+from sp_lightning.league import metrics as league_metrics
+from sp_lightning.league.evaluator import die_with_parent
+from sp_lightning.league.messages import EvaluatorResult, EvaluatorSpec
+from sp_lightning.league.registry import AgentRecord, LeagueState
+from sp_lightning.league.settings import EvaluatorSettings
+from sp_lightning.model import PolicySettings
+from sp_lightning.rollout import SamplingSettings
+
+
+@dataclass
+class Players:
+    """What a tournament plays with, from the run: the policy settings (the evaluator rebuilds
+    the base model from them), the games, the evaluation sampling and env overrides."""
+
+    policy: PolicySettings
+    games: list[GameSettings]
+    sampling: SamplingSettings
+    env_overrides: dict
+
+
+def game_spec(game: GameSettings) -> dict:
+    """A game's settings as plain data, for the evaluator to rebuild its ``GameSettings``."""
+    return {"id": game.id, "env_kwargs": game.env_kwargs, "system_prompt": game.system_prompt,
+            "template": game.template, "template_args": game.template_args, "reward": asdict(game.reward)}
+
+
+def gatekeepers(state: LeagueState, labels: list[str]) -> tuple[AgentRecord | None, dict[str, str]]:
+    """The newest checkpoint, and its gatekeepers: id -> the label it was asked for by
+    (``evaluator.gatekeepers``: league ids, ``best`` the best-rated checkpoint, ``recent`` the
+    previous one). The newest itself, absent ids and repeats are left out."""
+    checkpoints = sorted((a for a in state.agents.values() if a.type == "checkpoint"), key=lambda a: a.step)
+    if not checkpoints:
+        return None, {}
+    newest = checkpoints[-1]
+    chosen: dict[str, str] = {}
+    for label in labels:
+        name = label
+        if label == "best":
+            name = state.metadata.get("best_agent")
+        elif label == "recent":
+            name = checkpoints[-2].id if len(checkpoints) > 1 else None
+        if name and name != newest.id and name not in chosen and name in state.agents:
+            chosen[name] = label
+    return newest, chosen
+
+
+class EvaluatorProcess:
+    """At most one background tournament at a time; ``event`` says when one starts, fails or
+    lands."""
+
+    def __init__(self, settings: EvaluatorSettings, league_dir: str, registry_path: str, games_per_match: int,
+                 event: Callable[[str], None]):
+        self.settings = settings
+        self.folder = os.path.join(league_dir, "evaluations")
+        self.registry_path = registry_path
+        self.games_per_match = games_per_match
+        self.event = event
+        self.process: subprocess.Popen | None = None
+        self.spec_path: str | None = None
+        self.labels: dict[str, str] = {}  # gatekeeper id -> its label (its chart) in the running tournament
+        self.several = False  # whether the running tournament plays several games
+
+    def due(self, step: int) -> bool:
+        """Whether a tournament starts at ``step`` (every ``evaluator.every`` steps, none running)."""
+        return bool(self.settings.every) and step % self.settings.every == 0 and self.process is None
+
+    def start(self, step: int, state: LeagueState, players: Players) -> None:
+        """The newest checkpoint of ``state`` against its gatekeepers, in every game of
+        ``players``, in a process of its own (nothing to play: nothing starts)."""
+        newest, labels = gatekeepers(state, self.settings.gatekeepers)
+        if newest is None or not labels:
+            return
+        s = self.settings
+        spec = EvaluatorSpec(policy=asdict(players.policy), games=[game_spec(g) for g in players.games],
+                             sampling=asdict(players.sampling), registry=self.registry_path, agent=newest.id,
+                             gatekeepers=list(labels), games_per_seat=s.games_per_seat,
+                             games_per_match=self.games_per_match, seed=s.seed + step, step=step, threads=s.threads,
+                             env_overrides=players.env_overrides or {})
+        os.makedirs(self.folder, exist_ok=True)
+        self.spec_path = os.path.join(self.folder, f"{newest.id}-step{step:06d}.json")
+        spec.write(self.spec_path)
+        self.labels, self.several = labels, len(players.games) > 1
+        with open(self.spec_path.removesuffix(".json") + ".log", "w") as output:  # the child holds its own handle
+            self.process = subprocess.Popen([sys.executable, "-m", "sp_lightning.league.evaluator", self.spec_path],
+                                            stdout=output, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        self.event(f"step {step}: evaluating {newest.id} against {', '.join(labels)}")
+
+    def poll(self, wait: bool = False) -> dict[str, float]:
+        """A finished tournament's metrics (its games are in the registry by then); nothing
+        while it runs, unless ``wait``."""
+        if self.process is None or (not wait and self.process.poll() is None):
+            return {}
+        code = self.process.wait()
+        spec, self.process = self.spec_path, None
+        result_path = spec.removesuffix(".json") + ".result.json"
+        if code != 0 or not os.path.exists(result_path):
+            self.event(f"evaluator failed (exit {code}); see {spec.removesuffix('.json')}.log")
+            return {}
+        result = EvaluatorResult.read(result_path)
+        for game, per_gatekeeper in result.results.items():
+            where = f" in {game}" if self.several else ""
+            for gatekeeper, r in per_gatekeeper.items():
+                self.event(f"{result.agent} vs {gatekeeper}{where}: win {r.win_rate:.3f}, "
+                           f"payoff {r.payoff:+.3f} over {r.games} games; ratings updated")
+        return league_metrics.evaluation(result, self.labels, self.several)
+
+    def stop(self) -> None:
+        """Training failed: the running tournament (if any) is ended."""
+        if self.process is not None:
+            self.process.terminate()

@@ -1,0 +1,74 @@
+"""The lead's league on disk (sp_lightning.league.store): the schedule's promotions and prunes,
+adapters deleted only once no resumable checkpoint names them, and the league restored from
+what a Lightning checkpoint carries."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from sp_lightning.league.settings import CheckpointSchedule, LeagueSettings
+from sp_lightning.league.store import LeagueStore
+
+
+def _settings(tmp_path) -> LeagueSettings:
+    return LeagueSettings(dir=str(tmp_path / "league"), games_per_match=2,
+                          schedule=CheckpointSchedule(recent_every=2, recent_window=4, anchor_every=6, elite=False))
+
+
+def _save(path: str, learner: str) -> None:
+    """A stand-in for SelfPlayModule.save_adapter: a directory that names its learner."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "adapter_config.json"), "w") as f:
+        json.dump({"learner": learner}, f)
+
+
+def _run(store: LeagueStore, steps: range) -> list:
+    promoted = []
+    for step in steps:
+        store.record([(["learner", "random_bot"], [1.0, -1.0])], step)
+        state = store.read()
+        promoted.append(store.promote(step, state, "", _save, {1: 0.5}))
+        store.prune(step, state)
+        store.delete_pruned()
+    return promoted
+
+
+def test_the_schedule_promotes_prunes_and_deletes_adapters_once_no_checkpoint_names_them(tmp_path):
+    events = []
+    store = LeagueStore(_settings(tmp_path), events.append)
+    assert set(store.open().agents) == {"base_model", "random_bot", "chaos_bot", "learner"}
+    promoted = _run(store, range(1, 9))
+    assert [p.agent for p in promoted if p is not None] == ["ckpt-000002", "ckpt-000004", "ckpt-000006", "ckpt-000008"]
+    assert promoted[1].path == str(tmp_path / "league" / "adapters" / "ckpt-000002") and promoted[1].learner == ""
+    league = store.read()
+    assert {a.id for a in league.agents.values() if a.type == "checkpoint"} == {"ckpt-000006", "ckpt-000008"}
+    assert league.agents["ckpt-000008"].parent == "ckpt-000006" and league.agents["ckpt-000006"].tags == ["recent", "anchor"]
+    assert league.agents["ckpt-000008"].stats == {"coverage_1": 0.5}
+    assert len(league.matches) == 4, "eight games pooled by two into rated matches"
+    adapters = tmp_path / "league" / "adapters"
+    assert (adapters / "ckpt-000002").is_dir(), "pruned at step 6, but no checkpoint since: kept for a resume"
+    store.saved(6)
+    store.delete_pruned()
+    assert not (adapters / "ckpt-000002").exists() and (adapters / "ckpt-000004").is_dir()  # pruned at step 8
+    assert any("ckpt-000002 left the league" in e for e in events)
+
+
+def test_the_league_comes_back_from_its_state_dict_and_a_fresh_run_refuses_its_directory(tmp_path):
+    store = LeagueStore(_settings(tmp_path), lambda text: None)
+    store.open()
+    _run(store, range(1, 8))
+    saved = json.loads(json.dumps(store.state_dict()))  # what a Lightning checkpoint holds
+    assert set(saved) == {"registry", "best_learner_rating", "pruned", "pooler"}
+    assert saved["pooler"]["waiting"], "a game waits for its block of two"
+    _run(store, range(8, 12))  # the run goes on, then is killed
+
+    with pytest.raises(ValueError, match="already holds a league; resume its run with --ckpt_path"):
+        LeagueStore(_settings(tmp_path), lambda text: None).open()
+    resumed = LeagueStore(_settings(tmp_path), lambda text: None)
+    resumed.load_state_dict(saved)
+    state = resumed.open()
+    assert state.to_dict() == saved["registry"]
+    assert resumed.state_dict() == saved
