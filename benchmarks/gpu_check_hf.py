@@ -188,21 +188,29 @@ def stage_trl(args) -> dict:
     from bench_trl import Work, board_prompts, run_ours, run_trl
 
     from sp_lightning.module import SelfPlayModule
+    from sp_lightning.update import PolicyUpdate
 
-    class ProfiledUpdateModule(SelfPlayModule):
-        """The real module; its second update (a warm-up step, not measured) runs under the profiler."""
+    class ProfiledUpdate(PolicyUpdate):
+        """The real update; its second run (a warm-up step, not measured) under the profiler."""
 
         profiles: list = []
 
-        def _update(self, *args, **kwargs):
-            self._updates = getattr(self, "_updates", 0) + 1
-            if self._updates != 2:
-                return super()._update(*args, **kwargs)
+        def run(self, records, counts):
+            self.runs = getattr(self, "runs", 0) + 1
+            if self.runs != 2:
+                return super().run(records, counts)
             got = {}
-            summary = profile(lambda: got.setdefault("out", super(ProfiledUpdateModule, self)._update(*args, **kwargs)),
+            summary = profile(lambda: got.setdefault("out", super(ProfiledUpdate, self).run(records, counts)),
                               float("nan"))
-            ProfiledUpdateModule.profiles.append(summary)
+            ProfiledUpdate.profiles.append(summary)
             return got["out"]
+
+    class ProfiledUpdateModule(SelfPlayModule):
+        """The real module, its update profiled once (``ProfiledUpdate``)."""
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.updater = ProfiledUpdate(self)
 
     work = Work(board_prompts(TRL_PROMPTS), generations=TRL_GENERATIONS, max_new_tokens=args.long_tokens,
                 policy=policy_settings(args), gpu=on_gpu())
@@ -222,7 +230,7 @@ def stage_trl(args) -> dict:
 
     result = {"prompts": TRL_PROMPTS, "generations": TRL_GENERATIONS, "max_new_tokens": args.long_tokens,
               "measured_steps": args.trl_steps, "ours": figures(ours), "trl": figures(trl),
-              "ours_update_profile": ProfiledUpdateModule.profiles[0] if ProfiledUpdateModule.profiles else None}
+              "ours_update_profile": ProfiledUpdate.profiles[0] if ProfiledUpdate.profiles else None}
     result["training_ours_over_trl"] = (result["ours"]["training_tokens_per_s"]
                                         / result["trl"]["training_tokens_per_s"])
     result["step_trl_over_ours"] = result["trl"]["step_seconds"] / result["ours"]["step_seconds"]

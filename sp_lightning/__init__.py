@@ -15,14 +15,16 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "SelfPlayModule": "module", "LossSettings": "module", "OptimizerSettings": "module",
+    "SelfPlayModule": "module", "LossSettings": "loss_terms", "OptimizerSettings": "optimizer",
+    "EntropyBonus": "loss_terms", "Magnet": "loss_terms", "KLPenalty": "loss_terms", "Schedule": "schedule",
+    "SamplingPlan": "sampling",
     "SelfPlayDataModule": "data", "EvalSettings": "engine", "Engine": "engine",
     "AsyncRolloutSettings": "async_rollouts", "LeagueSettings": "league.settings",
     "GameSettings": "games", "RewardSettings": "rubric",
     "PolicySettings": "model", "LoraSettings": "model", "TinyModelSettings": "model",
     "SamplingSettings": "rollout.base", "GRPO": "credit", "RAE": "credit",
     "make_trainer": "trainer", "build_from_config": "cli.common",
-    "evaluate": "evaluation.matches", "play_games": "evaluation.matches:play",
+    "evaluate": "evaluation.matches", "play_games": "evaluation.matches",
 }
 """name -> "module" (the attribute of that name) or "module:attribute"."""
 

@@ -100,7 +100,10 @@ def fit_batches(config: str, tmp_path, steps: int, *overrides: str):
 class ScriptedOpenAIServer:
     """Answers ``POST /v1/chat/completions`` with ``answer(body)``; the first ``fail_first``
     requests get HTTP ``status`` (with a 1 ms retry-after), the first ``slow_first`` wait
-    ``delay`` seconds before answering; ``GET /v1/version`` answers ``{"version": 7}``."""
+    ``delay`` seconds before answering; ``GET /v1/version`` answers ``{"version": 7}``.
+    ``POST /v1/completions`` (a vLLM server's, with token ids) answers ``max_tokens`` scripted
+    tokens with logprob -0.5 each, and ``POST /v1/load_lora_adapter`` accepts any adapter: what a
+    ``ServerRolloutWorker`` needs to run against it. Every request's body is kept in ``bodies``."""
 
     def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0):
         self.answer, self.fail_first, self.status = answer, fail_first, status
@@ -138,6 +141,15 @@ class ScriptedOpenAIServer:
                     return
                 if hit <= server.slow_first:
                     time.sleep(server.delay)
+                if self.path.endswith("/load_lora_adapter"):
+                    self._send(200, {})
+                    return
+                if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
+                    n = int(body["max_tokens"])
+                    self._send(200, {"id": f"c{hit}", "object": "text_completion", "created": 0, "model": body["model"],
+                                     "choices": [{"index": 0, "text": "", "finish_reason": "length",
+                                                  "token_ids": [5] * n, "logprobs": {"token_logprobs": [-0.5] * n}}]})
+                    return
                 self._send(200, {"id": f"c{hit}", "object": "chat.completion", "created": 0, "model": body["model"],
                                  "choices": [{"index": 0, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": server.answer(body)}}],

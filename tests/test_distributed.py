@@ -181,13 +181,13 @@ def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path, rec
 
 # ---- FSDP: the frozen base sharded over the ranks (ModelParallelStrategy on gloo) -----------------
 with open(os.path.join(CONFIGS, "overlays", "fsdp2_cpu.yaml")) as _f:
-    SHARDED = yaml.safe_load(_f)  # the shipped overlay: ModelParallelStrategy, own_copy
+    SHARDED = yaml.safe_load(_f)  # the shipped overlay: ModelParallelStrategy
 
 
 def _sharded(extra: dict) -> dict:
     merged = json.loads(json.dumps(extra))
-    merged.setdefault("trainer", {}).update(SHARDED["trainer"])
-    merged.setdefault("data", {}).update(SHARDED["data"])
+    for block, settings in SHARDED.items():
+        merged.setdefault(block, {}).update(settings)
     return merged
 
 

@@ -10,7 +10,7 @@ from sp_lightning.cli.common import build_from_config
 from sp_lightning.cli.crossplay import league_players, unique_label
 from sp_lightning.cli.crossplay import main as crossplay_main
 from sp_lightning.cli.evaluate import main as evaluate_main
-from sp_lightning.evaluation.matches import evaluate
+from sp_lightning.evaluation.matches import Match, Serving, evaluate, play
 from sp_lightning.games import GameSettings
 from sp_lightning.league.registry import AgentRecord, LeagueRegistry
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
@@ -63,7 +63,8 @@ def test_games_lost_by_an_opponent_forfeit_can_be_left_out(tiny_policy):
     kwargs = dict(policy="bot:random", opponent="base", games_per_seat=40, seed=4,
                   sampling=SamplingSettings(max_new_tokens=1))
     counted = evaluate(worker, game, **kwargs)
-    left_out = evaluate(worker, game, exclude_opponent_forfeits=True, **kwargs)
+    match = Match(game, "bot:random", "base", 40, 4)
+    left_out, _ = play(worker, match, Serving(SamplingSettings(max_new_tokens=1), exclude_opponent_forfeits=True))
     assert counted.opponent_forfeits > 0 and left_out.opponent_forfeits == counted.opponent_forfeits
     assert left_out.games == counted.games - counted.opponent_forfeits
     assert left_out.wins == counted.wins - counted.opponent_forfeits and left_out.losses == counted.losses

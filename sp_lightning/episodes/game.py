@@ -67,42 +67,11 @@ class GameEpisode(Episode):
                 cut_off = "cut_off_turns"
                 break
             else:
-                legal = list(info.get("legal_actions", []))
-                request = ModelRequest(
-                    role=agent,
-                    messages=self.template.messages(observation["text"], agent),
-                    policy=self.seats[agent],
-                    legal_actions=legal,
-                )
-                branches = None
-                if (branching is not None and ctx.trainable and self.seats[agent].is_learner
-                        and branch_rng.random() < branching.decisions):
-                    branches = [env.snapshot(seed=branch_rng.randrange(2**31)) for _ in range(branching.continuations)]
-                completion = await self.generate(ctx, request)
-                if completion.refused:
-                    cut_off = "cut_off_prompt"
+                step, cut_off = await self._move(ctx, env, agent, observation["text"], info, branching, branch_rng,
+                                                 turns_played + len(steps) + 1)
+                if cut_off is not None:
                     break
-                if self.seats[agent].is_model:
-                    parsed = self.template.parse(completion.text)
-                else:  # a bot answers a bare move token, outside any template's format
-                    parsed = ParseResult(completion.text, True, "bot")
-                env.step(parsed.action_text)
-                after = env.infos.get(agent, {})
-                step = Step(
-                    role=agent,
-                    completion=completion,
-                    info={
-                        "invalid_move": bool(after.get("invalid_move", False)),
-                        "parsed_move": after.get("parsed_move"),
-                        "legal_actions": legal,
-                        "well_formed": parsed.well_formed,
-                        "parse": parsed.reason,
-                    },
-                )
                 steps.append(step)
-                if branches is not None:
-                    step.info[CONTINUATIONS] = await self._branch(
-                        ctx, agent, branches, env, branching, branch_rng, turns_played + len(steps))
             for a, reward in env.rewards.items():
                 outcome[a] = outcome.get(a, 0.0) + float(reward)
         env.close()
@@ -114,6 +83,35 @@ class GameEpisode(Episode):
         for reason in CUT_OFF_REASONS:
             rollout.metrics[reason] = float(cut_off == reason)
         return rollout
+
+    async def _move(self, ctx: EpisodeContext, env, agent: str, observation: str, info: dict, branching,
+                    branch_rng: random.Random | None, turns: int) -> tuple[Step | None, str | None]:
+        """``agent``'s decision, asked of its seat's policy and played in ``env``: its Step (with
+        the continuations of a branched decision; ``turns`` counts it), or the reason the game is
+        cut off (a prompt refused for its length)."""
+        legal = list(info.get("legal_actions", []))
+        request = ModelRequest(role=agent, messages=self.template.messages(observation, agent),
+                               policy=self.seats[agent], legal_actions=legal)
+        branches = None
+        if (branching is not None and ctx.trainable and self.seats[agent].is_learner
+                and branch_rng.random() < branching.decisions):
+            branches = [env.snapshot(seed=branch_rng.randrange(2**31)) for _ in range(branching.continuations)]
+        completion = await self.generate(ctx, request)
+        if completion.refused:
+            return None, "cut_off_prompt"
+        if self.seats[agent].is_model:
+            parsed = self.template.parse(completion.text)
+        else:  # a bot answers a bare move token, outside any template's format
+            parsed = ParseResult(completion.text, True, "bot")
+        env.step(parsed.action_text)
+        after = env.infos.get(agent, {})
+        step = Step(role=agent, completion=completion,
+                    info={"invalid_move": bool(after.get("invalid_move", False)),
+                          "parsed_move": after.get("parsed_move"), "legal_actions": legal,
+                          "well_formed": parsed.well_formed, "parse": parsed.reason})
+        if branches is not None:
+            step.info[CONTINUATIONS] = await self._branch(ctx, agent, branches, env, branching, branch_rng, turns)
+        return step, None
 
     async def _branch(self, ctx: EpisodeContext, role: str, before: list, env, branching,
                       rng: random.Random, turns: int) -> dict[str, list[float] | None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -119,41 +120,49 @@ def serve_policy(worker: RolloutWorker, spec: str | PolicyRef, name: str | None 
     return policy
 
 
-def evaluate(worker: RolloutWorker | None, game: GameSettings, **kwargs) -> EvalResult:
-    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat (see :func:`play`)."""
-    return play(worker, game, **kwargs)[0]
+def evaluate(worker: RolloutWorker | None, game: GameSettings, *, policy: str | PolicyRef = LEARNER,
+             opponent: str | PolicyRef | Sequence[str | PolicyRef] = "bot:random", games_per_seat: int = 100,
+             sampling=None, seed: int = 12345, env_overrides: dict | None = None) -> EvalResult:
+    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat (``opponent`` is
+    one policy for every other seat, or one per other seat in seat order). :func:`play` takes the
+    rest (remote models, a run's learners, a rank's share, forfeits left out)."""
+    return play_games(worker, game, policy=policy, opponent=opponent, games_per_seat=games_per_seat,
+                      sampling=sampling, seed=seed, env_overrides=env_overrides)[0]
 
 
-def play(
-    worker: RolloutWorker | None,
-    game: GameSettings,
-    *,
-    policy: str | PolicyRef = LEARNER,
-    opponent: str | PolicyRef | Sequence[str | PolicyRef] = "bot:random",
-    games_per_seat: int = 100,
-    sampling: SamplingSettings | None = None,
-    seed: int = 12345,
-    env_overrides: dict | None = None,
-    remotes: dict | None = None,
-    exclude_opponent_forfeits: bool = False,
-    shard: tuple[int, int] = (0, 1),
-    learners=None,
-) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
-    """``policy`` against ``opponent`` over ``games_per_seat`` games in each seat; the result and
-    ``(policy's seat, rollout)`` of every game (for ratings).
+def play_games(worker: RolloutWorker | None, game: GameSettings, *, policy: str | PolicyRef = LEARNER,
+               opponent: str | PolicyRef | Sequence[str | PolicyRef] = "bot:random", games_per_seat: int = 100,
+               sampling=None, seed: int = 12345, env_overrides: dict | None = None,
+               ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
+    """:func:`evaluate`'s match, with ``(policy's seat, rollout)`` of every game besides its result."""
+    return play(worker, Match(game, policy, opponent, games_per_seat, seed, env_overrides), Serving(sampling))
 
-    ``opponent`` is one policy for every other seat, or one per other seat (in seat order);
-    ``remote:<name>`` plays the model ``remotes[name]`` (a :class:`RemoteModel`) serves.
-    ``exclude_opponent_forfeits`` leaves the games the opponents lost by their own invalid move
-    out of the result's figures (they are still counted, and still in the games returned).
-    ``shard=(k, n)`` plays only the games ``k, k + n, ...`` of each seat, with the seeds they have
-    in the whole match (a data-parallel rank's share: see :func:`played_games`). ``learners``: a
-    run's several learners, "the learner" being each seat's own (see :func:`play_matches`).
-    """
-    match = Match(game, policy, opponent, games_per_seat, seed, env_overrides, shard)
-    rollouts = play_matches(worker, [match], sampling, seed, remotes, learners)[0]
-    result = summarize(match.played(rollouts), str(match.tested), match.label, game.agents,
-                       exclude_opponent_forfeits, seed)
+
+@dataclass
+class Serving:
+    """How an evaluation's model calls are served and its games counted, beside the worker."""
+
+    sampling: Any = None
+    """SamplingSettings or a SamplingPlan (``sp_lightning.sampling``); None: the defaults."""
+    remotes: dict | None = None
+    """``remote:<name>`` seats: the RemoteModel each name is served by."""
+    learners: Any = None
+    """A run's several learners (``sp_lightning.learners.Learners``): "the learner" is each seat's own."""
+    exclude_opponent_forfeits: bool = False
+    """Leave the games the opponents lost by their own invalid move out of the result's figures
+    (they are still counted, and still in the games returned)."""
+
+
+def play(worker: RolloutWorker | None, match: Match, serving: Serving | None = None,
+         ) -> tuple[EvalResult, list[tuple[str, Rollout]]]:
+    """``match`` played: its result and ``(policy's seat, rollout)`` of every game (for ratings).
+    ``remote:<name>`` plays the model ``serving.remotes[name]`` serves; ``match.shard=(k, n)`` plays
+    only the games ``k, k + n, ...`` of each seat, with the seeds they have in the whole match (a
+    data-parallel rank's share: see :func:`played_games`)."""
+    serving = serving or Serving()
+    rollouts = play_matches(worker, [match], serving.sampling, match.seed, serving.remotes, serving.learners)[0]
+    result = summarize(match.played(rollouts), str(match.tested), match.label, match.game.agents,
+                       serving.exclude_opponent_forfeits, match.seed)
     return result, match.games(rollouts)
 
 

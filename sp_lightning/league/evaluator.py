@@ -76,14 +76,14 @@ def _game(data: dict):
 def _play(worker, registry, spec: EvaluatorSpec, game, sampling, pairing) -> GatekeeperResult:
     """The agent against one gatekeeper (``pairing``: their records) in ``game``, its games
     recorded in the registry as rated matches."""
-    from sp_lightning.evaluation.matches import play
+    from sp_lightning.evaluation.matches import Match, Serving, play
     from sp_lightning.games import parse_policy
     from sp_lightning.league.ratings import pool_matches
 
     agent, gatekeeper = pairing
-    result, games = play(worker, game, policy=parse_policy(agent.policy), opponent=parse_policy(gatekeeper.policy),
-                         games_per_seat=spec.games_per_seat, sampling=sampling, seed=spec.seed,
-                         env_overrides=spec.env_overrides)
+    match = Match(game, parse_policy(agent.policy), parse_policy(gatekeeper.policy), spec.games_per_seat, spec.seed,
+                  spec.env_overrides)
+    result, games = play(worker, match, Serving(sampling))
     matches = []
     for seat, rollout in games:
         other = next(a for a in rollout.seats if a != seat)

@@ -147,21 +147,7 @@ class VLLMRolloutWorker(RolloutWorker):
         self.adapter_load_seconds = 0.0  # total, for the adapter-load-time metric
         self.adapter_paths: dict[str, str] = {}
         peft_config = _learner_lora_config(model)
-        if peft_config is None and any(p.requires_grad for p in model.parameters()):
-            raise ValueError("data.rollout: VLLMRolloutWorker serves a trained policy as LoRA adapters, and this "
-                             "policy trains every weight (policy.lora: null); set policy.lora, or use "
-                             "HFRolloutWorker")
-        rank = getattr(peft_config, "r", 1) if peft_config is not None else 1
-        if max_lora_rank is None:
-            max_lora_rank = next((r for r in VALID_MAX_LORA_RANKS if r >= rank), rank)
-        if max_lora_rank not in VALID_MAX_LORA_RANKS:
-            raise ValueError(f"rollout.max_lora_rank: expected one of {VALID_MAX_LORA_RANKS} (vLLM's), "
-                             f"got {max_lora_rank}")
-        if rank > max_lora_rank:
-            raise ValueError(f"rollout.max_lora_rank: {max_lora_rank} is below the learner's LoRA rank "
-                             f"{rank} (policy.lora.r)")
-        if max_loras < 1:
-            raise ValueError(f"rollout.max_loras: expected >= 1, got {max_loras}")
+        max_lora_rank = _checked_lora_limits(model, peft_config, max_lora_rank, max_loras)
         self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         self.max_lora_rank = max_lora_rank
         self.max_adapters = max_cpu_loras or max_loras  # vLLM's CPU cache of adapters (its LRU)
@@ -174,18 +160,11 @@ class VLLMRolloutWorker(RolloutWorker):
         self._base_path = self._base_model_path(model)
         context = self.max_model_len = context_length(model, max_model_len)
         self.engine_args = dict(
-            enable_lora=peft_config is not None,
-            max_loras=max_loras,
-            max_lora_rank=max_lora_rank,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=context,
-            max_num_batched_tokens=max_num_batched_tokens or min(65536, 64 * (context or 1024)),
-            dtype=dtype,
-            enforce_eager=enforce_eager,
-            seed=seed,
-            logprobs_mode="processed_logprobs",
-            **({"max_cpu_loras": max_cpu_loras} if max_cpu_loras else {}),
-            **(engine_kwargs or {}),
+            enable_lora=peft_config is not None, max_loras=max_loras, max_lora_rank=max_lora_rank,
+            gpu_memory_utilization=gpu_memory_utilization, max_model_len=context,
+            max_num_batched_tokens=max_num_batched_tokens or min(65536, 64 * (context or 1024)), dtype=dtype,
+            enforce_eager=enforce_eager, seed=seed, logprobs_mode="processed_logprobs",
+            **({"max_cpu_loras": max_cpu_loras} if max_cpu_loras else {}), **(engine_kwargs or {}),
         )
         self.llm = None
         self._next_lora_id = 1
@@ -493,6 +472,25 @@ class VLLMRolloutWorker(RolloutWorker):
             steps = output.prompt_logprobs[len(prompt):]  # one dict per completion token
             out[owner].append(sum(float(step[token].logprob) for step, token in zip(steps, completion)))
         return out
+
+
+def _checked_lora_limits(model, peft_config, max_lora_rank: int | None, max_loras: int) -> int:
+    """The engine's LoRA rank (by default the learners' highest, rounded up to one vLLM accepts),
+    or an error naming the key that asks for what vLLM cannot serve."""
+    if peft_config is None and any(p.requires_grad for p in model.parameters()):
+        raise ValueError("data.rollout: VLLMRolloutWorker serves a trained policy as LoRA adapters, and this "
+                         "policy trains every weight (policy.lora: null); set policy.lora, or use HFRolloutWorker")
+    rank = getattr(peft_config, "r", 1) if peft_config is not None else 1
+    if max_lora_rank is None:
+        max_lora_rank = next((r for r in VALID_MAX_LORA_RANKS if r >= rank), rank)
+    if max_lora_rank not in VALID_MAX_LORA_RANKS:
+        raise ValueError(f"rollout.max_lora_rank: expected one of {VALID_MAX_LORA_RANKS} (vLLM's), got {max_lora_rank}")
+    if rank > max_lora_rank:
+        raise ValueError(f"rollout.max_lora_rank: {max_lora_rank} is below the learner's LoRA rank {rank} "
+                         f"(policy.lora.r)")
+    if max_loras < 1:
+        raise ValueError(f"rollout.max_loras: expected >= 1, got {max_loras}")
+    return max_lora_rank
 
 
 def _engine_dead(error: BaseException) -> bool:
