@@ -26,7 +26,8 @@ encoding, completions, scoring). Turns/s counts model calls (one per learner mov
 generated tokens (one per turn here).
 
 As in training, the learner's weights change before every play (an optimizer step's worth of
-noise, in place): the worker must bring its merged copy up to date inside the arena's time,
+noise, in place, then sent to the worker through ``load_weights``, outside the arena's time as in
+a fit): the worker must bring its merged copy up to date inside the arena's time,
 while raw merged generate replays on the copy as it was then (``--fixed_weights``: no change,
 the copy built once).
 
@@ -57,6 +58,7 @@ from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, 
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
 from sp_lightning.rollout.hf import left_pad
 from sp_lightning.rollout.sampler import sample
+from sp_lightning.weight_sync import update_of
 
 
 class CallRecordingWorker(HFRolloutWorker):
@@ -139,6 +141,7 @@ def main() -> None:
             worker.calls = []
             if not args.fixed_weights:
                 take_a_step(model, 1000 + repeat)
+                worker.load_weights(update_of(model, repeat + 1))  # the weight path, after a step
             default = play_games(worker, games, concurrency, repeat)
             raw = raw_generate_seconds(model, tokenizer, worker.calls)
             raw_merged = raw_generate_seconds(worker._merged_learner(), tokenizer, worker.calls)

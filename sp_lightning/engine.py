@@ -42,7 +42,7 @@ from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
 from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rng import seeded_rng
-from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker, SamplingSettings
+from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sampling import SamplingPlan
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes

@@ -54,5 +54,6 @@ class Judge:
         completion = await ctx.generate(request)
         rewards = self.verdict(completion.text, rollout)
         rollout.judgements.append({"judge": self.name, "policy": str(self._policy), "text": completion.text,
+                                   "tokens": len(completion.completion_ids), "temperature": completion.temperature,
                                    "rewards": dict(rewards)})
         return rewards

@@ -11,21 +11,37 @@ from __future__ import annotations
 import warnings
 
 KNOWN_WARNINGS = (
-    # training_step(dataloader_iter) is flagged as experimental; it is what keeps training on-policy
+    # training_step(dataloader_iter) is flagged as experimental, and as wrong for a step that
+    # reads the iterator more than once: this engine reads it once per step, and it is what keeps
+    # training on-policy (Lightning does not fetch the next batch before the step that plays it)
     ".*Found `dataloader_iter` argument.*",
     ".*You are using the `dataloader_iter` step flavor.*",
+    # the batches are played by the engine in this process (its worker may hold a GPU); worker
+    # processes would each need an engine of their own and the weights sent to them
     ".*does not have many workers.*",
-    ".*Your `IterableDataset` has `__len__` defined.*",
     # a checkpoint every N steps holds the weights after that step's update: what a resume needs
     ".*Using ModelCheckpoint with manual optimization.*",
 )
-"""Lightning warnings about choices this engine makes on purpose."""
+"""Lightning warnings about choices this engine makes on purpose, each wrong for it as the
+comment beside it says."""
+DEPENDENCY_WARNINGS = (
+    # Lightning 2.6's own use of a torch pytree API that torch 2.12 deprecated: nothing a user of
+    # this engine can change (Lightning's next release drops it)
+    (FutureWarning, r".*isinstance\(treespec, LeafSpec\)"),
+    # peft reads transformers' old attribute name when it wraps a model: peft's to change
+    (FutureWarning, r".*`is_gradient_checkpointing` is deprecated"),
+)
+"""(category, message) of deprecations inside our dependencies that a first run would print and
+a user could mistake for a fault of theirs."""
 
 
 def quiet_known_warnings() -> None:
-    """Silence :data:`KNOWN_WARNINGS` (called by the commands and :func:`make_trainer`)."""
+    """Silence :data:`KNOWN_WARNINGS` and :data:`DEPENDENCY_WARNINGS` (called by the commands and
+    :func:`make_trainer`)."""
     for message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    for category, message in DEPENDENCY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
 
 
 def default_precision() -> str:

@@ -22,7 +22,7 @@ from sp_lightning.async_rollouts import ArenaBaton, AsyncCollector, AsyncRollout
 from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.rollout.base import SamplingSettings, WeightUpdate
 from sp_lightning.sources import GameMix
-from tests.helpers import KeepBatches, ScriptedWorker, fit_batches, tensorboard_events
+from tests.helpers import KeepBatches, ScriptedWorker, tensorboard_events
 
 
 

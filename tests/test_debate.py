@@ -93,6 +93,9 @@ def test_fit_batches_hold_one_record_per_argument_and_none_for_the_judge(tmp_pat
     for batch in batches:
         assert len(batch.records) == 6 * 4  # 2 rounds x 2 debaters, every argument with tokens
         assert all(len(r.judgements) == 1 for r in batch.rollouts)
+        # the judge samples with its role's own settings (data.sampling_by_role), the debaters with the run's
+        assert all(r.judgements[0]["tokens"] <= 2 and r.judgements[0]["temperature"] == 0.0 for r in batch.rollouts)
+        assert all(rec.temperature == 1.0 for rec in batch.records)
         for rollout in batch.rollouts:
             assert sum(rollout.rewards.values()) == 0.0  # zero-sum, or a draw
         # the batch's records are exactly the debaters' steps, none of them the judge's

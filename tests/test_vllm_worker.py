@@ -304,6 +304,7 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
     worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
                                max_model_len=512, adapter_dir=str(tmp_path),
                                engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
+    send_weights(worker, module.model, 0)
     try:
         worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))  # the engine is up
         learner_files = worker._learners[""].lora_path
