@@ -29,7 +29,8 @@ from sp_lightning.arena import Arena
 from sp_lightning.credit import RAE
 from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.losses import gather_logprobs
-from sp_lightning.module import SelfPlayModule, collate
+from sp_lightning.collate import collate
+from sp_lightning.module import SelfPlayModule
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
 from sp_lightning.model import LoraSettings, PolicySettings
 
@@ -72,14 +73,16 @@ def main() -> None:
     sampling = SamplingSettings(max_new_tokens=1)
     bots = make_bots(0)
 
-    def play(worker_cls):
-        arena = Arena(worker_cls(module.model, module.tokenizer), sampling, bots=bots)
+    def play(worker):
+        arena = Arena(worker, sampling, bots=bots)
         rng = random.Random(0)
         episodes = [game.episode(FixedMix().seats(game, rng)) for _ in range(64)]
         return arena.build_training_batch(arena.play(episodes, list(range(64))), RAE())
 
-    batched = median_time(lambda: play(HFRolloutWorker))
-    single = median_time(lambda: play(OneAtATime))
+    # each worker serves a copy of the policy of its own, made here, outside the timed games
+    coalescing, one_at_a_time = (cls(module.model, module.tokenizer) for cls in (HFRolloutWorker, OneAtATime))
+    batched = median_time(lambda: play(coalescing))
+    single = median_time(lambda: play(one_at_a_time))
     print(f"rollout, 64 games: coalesced {64 / batched:8.1f} games/s | one call per request "
           f"{64 / single:8.1f} games/s | speed-up x{single / batched:.1f}")
 
@@ -102,24 +105,21 @@ def main() -> None:
             episodes = [league_game.episode(FixedMix().seats(league_game, rng)) for _ in range(64)]
             return arena.build_training_batch(arena.play(episodes, list(range(64))), RAE())
 
-        def timed(worker_cls):  # the workers share the model: each unloads its adapters after
+        def timed(worker_cls):  # each worker loads the checkpoints into its own copy of the policy
             worker = worker_cls(module.model, module.tokenizer, max_adapters=32)
-            seconds = median_time(lambda: play_league(worker))
-            for name in list(worker.loaded):
-                worker.forget_adapter(name)
-            return seconds
+            return median_time(lambda: play_league(worker))
 
         mixed = timed(HFRolloutWorker)
         per_policy = timed(OneCallPerPolicy)
     print(f"league rollout, 64 games vs 20 checkpoints: one mixed call {64 / mixed:8.1f} games/s | "
           f"one call per policy {64 / per_policy:8.1f} games/s | speed-up x{per_policy / mixed:.1f}")
 
-    records = play(HFRolloutWorker).records
+    records = play(coalescing).records
     batch = collate(records, module.tokenizer.pad_token_id)
     tokens = int(batch.attention_mask.sum())
 
     def window_step():
-        logprobs, _ = module.sequence_logprobs(batch)
+        logprobs = module.policy_forward(batch)[0]
         logprobs.sum().backward()
 
     def full_step():

@@ -1,7 +1,7 @@
 """How exploitable is the point the Kuhn Poker league recipe's regularisers pull towards?
 
-The recipe's loss adds, at every move, an entropy bonus over the legal moves (``entropy_coef``,
-annealed to ``loss.entropy_floor``) and the magnet KL(uniform || policy) (``loss.magnet_coef``).
+The recipe's loss adds, at every move, an entropy bonus over the legal moves (``loss.entropy.coef``,
+annealed to its ``floor``) and the magnet KL(uniform || policy) (``loss.magnet.coef``).
 Their fixed point in self-play is not a Nash equilibrium but a regularised one, and no amount of
 training brings the last iterate closer to Nash than it. This computes that point exactly, on
 the tabular game: one softmax per information state, ascended together in both seats on the

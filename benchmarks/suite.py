@@ -12,7 +12,12 @@
    (bench_trl.py);
 5. peak resident memory of the default tiny run (bench_peak_memory.py);
 6. seconds per step with asynchronous collection against synchronous (bench_async_rollouts.py,
-   Hugging Face backend; its vLLM variant runs in the vLLM environment, see its docstring).
+   Hugging Face backend; its vLLM variant runs in the vLLM environment, see its docstring);
+7. the bytes and milliseconds of one weight sync, trainer to rollout backend (bench_weight_sync.py),
+   and those of Qwen3-1.7B's LoRA, computed.
+
+``bench_step_time.py --before <commit>`` (seconds per training step of this tree against an
+earlier commit, interleaved) needs a commit to compare with and is run by hand.
 
 Each prints its own table, with the command that reproduces it; the suite adds each one's wall
 time and the total. ``--only 2 5`` runs a subset.
@@ -34,6 +39,7 @@ BENCHMARKS = {
     "3-4": ("training throughput and seconds per step vs TRL", ["bench_trl.py"]),
     "5": ("peak memory of the default tiny run", ["bench_peak_memory.py"]),
     "6": ("seconds per step, asynchronous collection vs synchronous", ["bench_async_rollouts.py"]),
+    "7": ("bytes and milliseconds of one weight sync", ["bench_weight_sync.py"]),
 }
 
 

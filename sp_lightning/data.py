@@ -2,9 +2,9 @@
 
 The DataModule's arguments are the config's ``data`` block; it checks them when the config is
 read (building nothing) and, at setup, builds the run's :class:`~sp_lightning.engine.Engine`
-from them and the module's model. It owns the engine: the module, validation, the league
-callback and the CLI commands reach it through :attr:`SelfPlayDataModule.engine`
-(:func:`engine_of` from a Trainer), and nothing else of the DataModule.
+from them and the module's model. It owns the engine: validation, the league callback and the
+CLI commands reach it through :attr:`SelfPlayDataModule.engine` (:func:`engine_of` from a
+Trainer), and nothing else of the DataModule; the module never does.
 
 The training set is an IterableDataset whose every item is one freshly played Batch. The module
 consumes it through ``training_step(dataloader_iter)``, which stops Lightning from prefetching,
@@ -60,10 +60,17 @@ class _RolloutStream(IterableDataset):
 
 class _Validations(IterableDataset):
     """One item per game of the run: its validation, played when the item is drawn (after the
-    weight path has sent the weights being validated)."""
+    weight path has sent the weights being validated).
+
+    Its length is known so that Lightning's loop does not prefetch: an iterable of unknown length
+    is read one item ahead when the loop starts, before ``on_validation_start``, and the first
+    game would be played with the weights of the previous validation (or the base model's)."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
+
+    def __len__(self) -> int:
+        return len(self.engine.games)
 
     def __iter__(self):
         for game in self.engine.games:
@@ -233,6 +240,8 @@ class SelfPlayDataModule(L.LightningDataModule):
 
     # ---- Lightning hooks ----------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        if stage == "fit":
+            _check_values_are_learned(self.settings.credit, self.trainer.lightning_module)
         self._install_callbacks()
         if self._engine is not None:  # setup runs again for validate after fit
             return
@@ -285,6 +294,15 @@ class SelfPlayDataModule(L.LightningDataModule):
             self._engine.load_state_dict(state)
         else:  # applied when the engine is built (fit restores after setup; others may not)
             self._restored = state
+
+
+def _check_values_are_learned(credit: CreditAssigner, module) -> None:
+    """An estimator that learns values (``credit.GAE``) trains its value heads in the module's
+    loss: a module not given it would train the policy on advantages from heads that never learn."""
+    if getattr(credit, "learns_values", False) and getattr(module, "credit", None) is not credit:
+        raise ValueError(f"data.credit: {type(credit).__name__} learns values, and the module was not given it: "
+                         f"pass SelfPlayModule(credit=datamodule.settings.credit) (sp-lightning fit links "
+                         f"model.credit to data.credit)")
 
 
 def _refuse_overridden_settings(games: list[GameSettings], opponents, league, episodes) -> None:

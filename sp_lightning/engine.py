@@ -2,7 +2,7 @@
 
 A run has four Lightning-facing objects: the module (the policy and its loss), the DataModule
 (the batches), validation and the league callback, and the ``sp-lightning`` commands use the
-same parts outside a Trainer. All of them play with the same things: a rollout worker serving
+same parts outside a Trainer. All but the module play with the same things: a rollout worker serving
 the policy, an arena that plays episodes with it, sampling and retry settings, credit, the
 episode source and its opponent sampler, evaluation settings, the episode log, the remote
 models, and (under asynchronous collection) the producer thread. :class:`Engine` holds them.
@@ -12,8 +12,9 @@ models, and (under asynchronous collection) the producer thread. :class:`Engine`
 - :class:`Engine` is built from it once per run, at setup, when the module's model exists
   (``SelfPlayDataModule.setup``, or ``build_engine`` for the commands that run without a
   Trainer). Every part gets what it needs in its constructor; nothing is assigned afterwards.
-- The module, validation, the league callback and the CLI commands reach it through one
-  accessor: ``datamodule.engine`` (:func:`engine_of` from a Trainer).
+- Validation, the league callback and the CLI commands reach it through one accessor:
+  ``datamodule.engine`` (:func:`engine_of` from a Trainer). The module never does: it gets the
+  engine's batches and sends nothing back but its weights, through ``sp_lightning.weight_sync``.
 
 What a batch is: :meth:`Engine.next_batch` plays batch ``i`` from the stream ``(seed, rank, i)``
 (so a resumed run plays the unbroken run's games), with the online evaluation games of batch

@@ -150,7 +150,7 @@ class LearnerSettings:
     optimizer: dict[str, Any] | None = None
     """Overrides of ``model.optimizer`` (``lr``, ``grad_clip``, ``warmup_steps``...)."""
     loss: dict[str, Any] | None = None
-    """Overrides of ``model.loss`` (``entropy_coef``, ``kl_coef``...)."""
+    """Overrides of ``model.loss`` (``clip_high``, ``entropy: {coef: ...}``, ``kl: {coef: ...}``...)."""
 
 
 def overridden(base, overrides: dict[str, Any] | None, key: str):

@@ -7,10 +7,11 @@ Per token, with ``ratio = exp(logprobs - old_logprobs)`` and ``A`` the sequence'
 
     pg_loss1 = -A * ratio
     pg_loss2 = -A * clip(ratio, 1 - clip_low, 1 + clip_high)
-    loss_t   = max(pg_loss1, pg_loss2) + kl_coef * k3(ref_logprobs - logprobs)
+    loss_t   = max(pg_loss1, pg_loss2) + kl.coef * k3(ref_logprobs - logprobs)
 
 then aggregated over masked tokens by one of :data:`AGGREGATIONS` (see :func:`aggregate`). The
-terms themselves, composed from config, are ``sp_lightning.loss_terms``.
+terms that use these functions, each with its block of ``model.loss``, are
+``sp_lightning.loss_terms``.
 
 Where this departs from the papers (PPO, Schulman et al. 2017; GRPO, Shao et al. 2024;
 Dr. GRPO, Liu et al. 2025):
@@ -20,7 +21,7 @@ Dr. GRPO, Liu et al. 2025):
    supervision).
 2. The clip range is asymmetric, ``[1 - clip_low, 1 + clip_high]`` (DAPO's clip-higher); PPO and
    GRPO use one symmetric epsilon. The defaults (0.2, 0.2) give back the symmetric form.
-3. The KL penalty to a reference policy is optional and off by default (``kl_coef=0``), as in
+3. The KL penalty to a reference policy is optional and off by default (``loss.kl.coef: 0``), as in
    Dr. GRPO and DAPO; GRPO keeps it on. When on, it is GRPO's per-token k3 estimator
    ``exp(ref - lp) - (ref - lp) - 1`` added to the per-token loss, evaluated on tokens sampled
    from the old (behaviour) policy, so it is unbiased only on-policy, as in GRPO.

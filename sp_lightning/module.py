@@ -180,10 +180,11 @@ class SelfPlayModule(L.LightningModule):
                                      total, self.update_epochs)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
-    def optimizer_step(self, counted: bool) -> None:
+    def step_optimizers(self, counted: bool) -> None:
         """One optimizer step of every learner with a gradient (AdamW skips the others), then the
         learning-rate schedule's. ``counted``: the training step Lightning counts (once per batch:
-        ``global_step``); the later passes over the same batch step the optimizer itself."""
+        ``global_step``); the later passes over the same batch step the optimizer itself. (Not
+        Lightning's ``optimizer_step`` hook: manual optimization steps here, by name.)"""
         opt = self.optimizers()
         opt.step() if counted else opt.optimizer.step()
         opt.zero_grad(set_to_none=True)

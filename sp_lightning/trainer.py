@@ -1,6 +1,6 @@
 """The Lightning Trainer as ``sp-lightning fit`` builds it, for the CLI, notebooks and scripts.
 
-Defaults where a config is silent (one optimizer step per batch of games, validation every 50
+Defaults where a config is silent (100 steps, one batch of games each, validation every 50
 steps), checkpoint files that a kill cannot corrupt, TensorBoard charts and decoded games, and
 this engine's progress view. :func:`make_trainer` is the Python form of ``fit``'s ``trainer:``
 block.
@@ -19,6 +19,9 @@ KNOWN_WARNINGS = (
     # the batches are played by the engine in this process (its worker may hold a GPU); worker
     # processes would each need an engine of their own and the weights sent to them
     ".*does not have many workers.*",
+    # the validation games have a length so that the loop does not read one ahead of the weights
+    # being sent (data._Validations); they are played in this process, never by loader workers
+    ".*Your `IterableDataset` has `__len__` defined.*",
     # a checkpoint every N steps holds the weights after that step's update: what a resume needs
     ".*Using ModelCheckpoint with manual optimization.*",
 )
@@ -54,8 +57,9 @@ def default_precision() -> str:
 
 
 def trainer_defaults() -> dict:
-    """The Trainer settings ``sp-lightning fit`` uses where a config is silent: one optimizer step
-    per batch of games, validation every 50 steps (not per epoch: the stream has none), no sanity
+    """The Trainer settings ``sp-lightning fit`` uses where a config is silent: ``max_steps``
+    counts batches of games (``global_step`` is one per batch, whatever ``model.update_epochs``),
+    validation every 50 steps (not per epoch: the stream has none), no sanity
     validation, every step logged."""
     return {
         "precision": default_precision(),

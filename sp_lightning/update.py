@@ -116,7 +116,7 @@ class PolicyUpdate:
             else:
                 self._skip_nonfinite(name, records[name], pass_totals[name])
         if stepping:  # the first optimizer step of the batch is the training step Lightning counts
-            host.optimizer_step(counted=not self._counted)
+            host.step_optimizers(counted=not self._counted)
             self._counted = True
         return stepping
 

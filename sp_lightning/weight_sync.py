@@ -14,14 +14,17 @@ engine; the DataModule owns the engine, so it installs this callback, which read
 weights (as every callback may) and writes them to its engine's worker. It sends:
 
 - when training starts (a resumed run's restored weights, before the first batch is played);
-- after every training step (``on_train_batch_end``, after the league's resets of exploiters,
-  whose callback runs before this one, and before any checkpoint is written);
+- after every training step (``on_train_batch_end``: the first of the data block's callbacks,
+  before the league's, which sends again when it resets an exploiter, and before any checkpoint
+  is written);
 - when validation starts (a standalone ``validate``, and a worker that was closed meanwhile).
 
-Each send is timed and counted: ``rollout/weight_sync_ms`` and ``rollout/weight_sync_bytes``.
-Under asynchronous collection the producer thread is paused while this runs on the trainer's
-thread (the arena's baton is back with the trainer by ``on_train_batch_end``), and the worker
-copies or writes the tensors before returning, so no generation reads weights mid-update.
+A worker that does not train (a remote model being evaluated) is sent nothing. Each send is
+timed and counted: ``rollout/weight_sync_ms`` and ``rollout/weight_sync_bytes``. Under
+asynchronous collection the producer thread cannot generate while this runs on the trainer's
+thread: it plays only while it holds the arena's baton, which ``EngineHooks`` (the Trainer's first
+callback) took back at ``on_train_batch_end``; and the worker copies or writes the tensors before
+returning, so no generation reads weights mid-update.
 """
 
 from __future__ import annotations
@@ -55,11 +58,15 @@ class WeightSync(L.Callback):
         self.last_ms = 0.0
         self.last_bytes = 0
 
-    def send(self, pl_module, version: int) -> WeightUpdate:
-        """One update of every learner's weights, stamped ``version``, into the worker."""
+    def send(self, pl_module, version: int) -> WeightUpdate | None:
+        """One update of every learner's weights, stamped ``version``, into the worker (None, and
+        nothing sent, for a worker that does not train)."""
+        worker = self.worker()
+        if not worker.trains:
+            return None
         start = time.perf_counter()
         update = pl_module.weight_update(version)
-        self.worker().load_weights(update)
+        worker.load_weights(update)
         self.last_ms = 1000 * (time.perf_counter() - start)
         self.last_bytes = update.nbytes
         return update

@@ -86,6 +86,28 @@ def test_validate_evaluates_a_checkpoint_in_both_seats(tmp_path, capsys):
 
 
 @pytest.mark.slow
+def test_validate_plays_every_game_with_the_checkpoint_weights(tmp_path, monkeypatch):
+    """Every validation game, the first one included, is played by a worker holding the
+    checkpoint's adapter: the loop must not draw a game before the weight path has sent it."""
+    from sp_lightning.engine import Engine
+
+    main(["fit", *_args("tictactoe_tiny.yaml", tmp_path, 2)])
+    saved = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)["state_dict"]
+    saved_b = sum(float(v.abs().sum()) for k, v in saved.items() if "lora_B" in k)
+    assert saved_b > 0
+    seen = []
+    validate = Engine.validate
+
+    def recording_validate(self, game, prefix):
+        seen.append(sum(float(p.abs().sum()) for n, p in self.worker.model.named_parameters() if "lora_B" in n))
+        return validate(self, game, prefix)
+
+    monkeypatch.setattr(Engine, "validate", recording_validate)
+    main(["validate", *_args("tictactoe_tiny.yaml", tmp_path, 2), "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")])
+    assert seen and all(abs(b - saved_b) < 1e-4 * saved_b for b in seen), (seen, saved_b)
+
+
+@pytest.mark.slow
 def test_console_script_reports_a_bad_config_key(tmp_path):
     """The installed command rejects an unknown key and names it."""
     exe = os.path.join(os.path.dirname(sys.executable), "sp-lightning")

@@ -224,17 +224,25 @@ def _corrects(settings: LossSettings, records) -> bool:
 
 
 def test_importance_sampling_is_on_exactly_for_records_whose_logprobs_are_not_the_trainers(tmp_path):
-    """auto: off for records of the HF worker (its copy runs the trainer's own forward: its
-    completions say so), on for another engine's (vLLM, servers: the flag's default); on / off
+    """auto: off for records of the HF worker in float32 (its copy runs the trainer's own forward:
+    its completions say so; not in bf16), on for another engine's (vLLM, servers: the flag's default); on / off
     force it; the setting is checked."""
     from sp_lightning.rollout import HFRolloutWorker
     from sp_lightning.types import ModelRequest, TrainingRecord
+    from sp_lightning.weight_sync import update_of
 
     module = SelfPlayModule()
     hf = HFRolloutWorker(module.model, module.tokenizer)
     (completion,) = hf.generate([ModelRequest("p", [{"role": "user", "content": "hi"}], LEARNER)],
                                 SamplingSettings(max_new_tokens=2, temperature=0.7))
     assert completion.logprobs_from_trainer and completion.temperature == 0.7
+    # a bf16 copy (a GPU run's) decodes with bf16 rounding the trainer's forward does not share
+    send = update_of(module.model, 1)
+    send.base_dtype = torch.bfloat16
+    hf.load_weights(send)
+    (completion,) = hf.generate([ModelRequest("p", [{"role": "user", "content": "hi"}], LEARNER)],
+                                SamplingSettings(max_new_tokens=2))
+    assert not completion.logprobs_from_trainer
     ours = [TrainingRecord([1], [2], [-0.1], 1.0, 1.0, [1], logprobs_from_trainer=True)]
     engine_s = [TrainingRecord([1], [2], [-0.1], 1.0, 1.0, [1])]  # vLLM's and the servers' completions
     assert not _corrects(LossSettings(), ours)

@@ -127,3 +127,27 @@ def test_a_dead_server_among_live_ones_is_taken_out_and_named_when_none_is_left(
     assert worker.fleet.live() == [] and worker.fleet.taken_out == 2
     assert worker.health_metrics()["rollout/servers_live"] == 0
     worker.close()
+
+
+def test_weights_replaced_before_any_generate_are_deleted_and_the_served_ones_after_their_successor(
+        tiny_policy, tmp_path, serve):
+    """Adapter directories do not pile up on the RAM disk: a version sent and replaced before a
+    generate loaded it is deleted at once; the one the servers serve stays until its successor is
+    loaded in its place, then goes too; close leaves nothing."""
+    model, tok = tiny_policy
+    server = serve()
+    worker = ServerRolloutWorker(model, tok, base_urls=[server.url], served_model="m", adapter_dir=str(tmp_path))
+    request = ModelRequest("player", [{"role": "user", "content": "hi"}], PolicyRef("learner"))
+    send_weights(worker, model, version=1)
+    send_weights(worker, model, version=2)
+    assert sorted(p.name.split("-r0")[0] for p in tmp_path.iterdir()) == ["learner-v2-2"]
+    worker.generate([request], SamplingSettings(max_new_tokens=1))  # serves v2
+    send_weights(worker, model, version=3)
+    send_weights(worker, model, version=4)  # v3 never served: deleted; v2 still served
+    assert sorted(p.name.split("-r0")[0] for p in tmp_path.iterdir()) == ["learner-v2-2", "learner-v4-4"]
+    worker.generate([request], SamplingSettings(max_new_tokens=1))  # v4 loaded, v2 unloaded and deleted
+    assert sorted(p.name.split("-r0")[0] for p in tmp_path.iterdir()) == ["learner-v4-4"]
+    unloaded = [b["lora_name"] for b in server.bodies if "lora_name" in b and "lora_path" not in b]
+    assert len(unloaded) == 1 and unloaded[0].startswith("learner-v2-2")
+    worker.close()
+    assert list(tmp_path.iterdir()) == []

@@ -139,3 +139,18 @@ def test_a_fit_with_gae_trains_its_value_head_saves_it_and_resumes_with_it(tmp_p
 
     main(["evaluate", "--config", "configs/tictactoe_tiny.yaml", "--checkpoint", str(last),
           "--games_per_seat", "2", "--seed", "5"])
+
+
+def test_a_fit_whose_module_was_not_given_the_learning_credit_is_refused(tmp_path):
+    """GAE's value heads train in the module's loss: a module built without the data block's
+    credit would train on advantages from heads that never learn, so the fit stops first and
+    says how to link them."""
+    from sp_lightning.data import SelfPlayDataModule
+    from sp_lightning.games import GameSettings
+    from sp_lightning.trainer import make_trainer
+
+    data = SelfPlayDataModule(games=[GameSettings(id="tictactoe_v1")], credit=GAE(), episodes_per_batch=2)
+    trainer = make_trainer(max_steps=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"data.credit: GAE learns values.*SelfPlayModule\(credit="):
+        trainer.fit(SelfPlayModule(), datamodule=data)

@@ -182,10 +182,14 @@ def test_a_new_adapter_version_changes_what_is_generated(served):
     requests = _requests([LEARNER] * len(PROMPTS))
     legal = [["[0]", "[4]", "[8]"]] * len(PROMPTS)
     before = worker.completion_logprobs(requests, legal)
-    old_id = worker._learners[""].lora_int_id
+    old_id, old_path = worker._learners[""].lora_int_id, worker._learners[""].lora_path
+    send_weights(worker, module.model, worker.policy_version + 1)  # replaced before any generate
+    never_served = worker.adapters.current[""][1]
     _perturb_adapter(module.model, 0.3, seed=2)
     send_weights(worker, module.model, worker.policy_version + 1)
+    assert not os.path.exists(never_served) and os.path.isdir(old_path)  # the served one stays until replaced
     after = worker.completion_logprobs(requests, legal)
+    assert not os.path.exists(old_path)
     completions = worker.generate(requests, sampling)
     assert worker._learners[""].lora_int_id != old_id and old_id not in worker.llm.llm_engine.list_loras()
     assert all(c.policy_version == worker.policy_version for c in completions)

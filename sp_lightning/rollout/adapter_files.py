@@ -59,6 +59,14 @@ class AdapterFiles:
             self.current[learner] = (name, path)
         return replaced
 
+    def discard(self, replaced: list[tuple[str, str]], serving: set[str]) -> None:
+        """Delete the directories ``replaced`` that the engine does not serve: weights written
+        and replaced before any generate loaded them (two sends in a row, a reset exploiter).
+        The ones in ``serving`` are the backend's to delete once their successor serves."""
+        for _, path in replaced:
+            if path not in serving:
+                shutil.rmtree(path, ignore_errors=True)
+
     def write_zero(self, path: str) -> str:
         """The first learner's adapter layout with every weight zero: served, it is the base model
         exactly (LoRA adds B @ A = 0)."""

@@ -24,9 +24,14 @@ a plain model without adapters gets one call per policy. A call is the worker's 
 (``sampler.sample``: prefill and KV-cached decoding with transformers' warpers, drawing the tokens
 ``model.generate`` draws from the same random state without its set-up per call, which costs
 more than a one-token move's forward on a tiny model). Logprobs come from the processed scores
-(after temperature / top-k / top-p), which is what the sampler drew from: the same forward as the
-trainer's on the same weights, so completions say their logprobs are the trainer's
-(``Completion.logprobs_from_trainer``) and the loss needs no importance correction for them.
+(after temperature / top-k / top-p), which is what the sampler drew from. In float32 that is the
+trainer's forward on the same weights, up to rounding, so completions say their logprobs are the
+trainer's (``Completion.logprobs_from_trainer``) and the loss needs no importance correction for
+them. In bf16 it is not: KV-cached decoding sums in another order than the trainer's one forward
+over the whole sequence, and the trainer computes under autocast while this copy holds bf16
+weights, so the two differ by bf16's rounding; completions then say so and the loss corrects
+them like another engine's (``loss.importance_sampling: auto``; ``train/sampler_mismatch``
+logs the gap).
 
 Unmerged LoRA layers cost a second matmul per projection. With ``merge_learner`` the worker
 keeps a further copy with the learner's adapter merged into the weights and serves the generate
@@ -124,6 +129,8 @@ class HFRolloutWorker(RolloutWorker):
         self.merge_learner = merge_learner
         self._merged: MergedCopy | None = None  # of self.model, made at the first learner-only call
         self._targets: dict[str, dict[str, torch.Tensor]] = {}  # per learner: where its tensors go
+        self.logprobs_from_trainer = _all_float32(self.model)
+        """Whether this worker's logprobs are the trainer's computation (see the module docstring)."""
 
     # ---- the learner's weights -----------------------------------------------------------------
     def load_weights(self, update: WeightUpdate) -> None:
@@ -146,6 +153,7 @@ class HFRolloutWorker(RolloutWorker):
                     target.copy_(tensor)
         if self._merged is not None:
             self._merged.mark_stale()
+        self.logprobs_from_trainer = _all_float32(self.model)
         self.policy_version = update.version
 
     def _place(self, device, base_dtype) -> None:
@@ -412,8 +420,12 @@ class HFRolloutWorker(RolloutWorker):
             completions.append(Completion(text=text, prompt_ids=prompt, completion_ids=ids,
                                           logprobs=row_logprobs[: len(ids)], policy=policy,
                                           policy_version=versions[policy], temperature=sampling.temperature,
-                                          logprobs_from_trainer=True))
+                                          logprobs_from_trainer=self.logprobs_from_trainer))
         return completions
+
+
+def _all_float32(model) -> bool:
+    return all(p.dtype == torch.float32 for p in model.parameters())
 
 
 def _by_policy(policies: list[PolicyRef]) -> dict[PolicyRef, list[int]]:

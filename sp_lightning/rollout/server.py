@@ -219,7 +219,8 @@ class ServerRolloutWorker(RolloutWorker):
         if not self.adapters.has_adapter:
             raise refuse(self, "load a policy trained whole (no LoRA adapter)", "model.policy.lora",
                          "set model.policy.lora (the servers load LoRA adapters)")
-        self.adapters.write(update, tag=self._rank_tag())
+        replaced = self.adapters.write(update, tag=self._rank_tag())
+        self.adapters.discard(replaced, serving=set(self._learner_paths.values()))
         self.policy_version = update.version
 
     def register_adapter(self, name: str, path: str) -> None:

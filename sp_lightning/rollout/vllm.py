@@ -251,7 +251,8 @@ class VLLMRolloutWorker(RolloutWorker):
         if not self.adapters.has_adapter:
             raise refuse(self, "load a policy trained whole (no LoRA adapter)", "model.policy.lora",
                          "set model.policy.lora, or use HFRolloutWorker")
-        self.adapters.write(update)
+        replaced = self.adapters.write(update)
+        self.adapters.discard(replaced, serving={request.lora_path for request in self._learners.values()})
         self.policy_version = update.version
 
     def register_adapter(self, name: str, path: str) -> None:
