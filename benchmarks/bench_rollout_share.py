@@ -56,7 +56,7 @@ from sp_lightning.arena import Arena
 from sp_lightning.games import FixedMix, GameSettings
 from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, load_policy
 from sp_lightning.rollout import HFRolloutWorker, SamplingSettings
-from sp_lightning.rollout.hf import left_pad
+from sp_lightning.padding import left_pad
 from sp_lightning.rollout.sampler import sample
 from sp_lightning.weight_sync import update_of
 

@@ -100,7 +100,7 @@ def stage_raw(args) -> dict:
 
     from sp_lightning.model import load_policy
     from sp_lightning.rollout.base import SamplingSettings
-    from sp_lightning.rollout.hf import left_pad
+    from sp_lightning.padding import left_pad
     from sp_lightning.rollout.merged_copy import MergedCopy
     from sp_lightning.rollout.sampler import sample
 

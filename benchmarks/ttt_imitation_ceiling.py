@@ -58,7 +58,7 @@ from sp_lightning.evaluation.matches import evaluate
 from sp_lightning.games import GameSettings
 from sp_lightning.model import LoraSettings, PolicySettings, TinyModelSettings, load_policy
 from sp_lightning.rollout import HFRolloutWorker, RolloutWorker, SamplingSettings
-from sp_lightning.rollout.hf import left_pad
+from sp_lightning.padding import left_pad
 from sp_lightning.rollout.chat import encode_chat
 from sp_lightning.types import Completion
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sp_lightning.rollout.hf import left_pad
+from sp_lightning.padding import left_pad
 from sp_lightning.shared_prompts import SharedPrompts, collate_shared
 from sp_lightning.types import TrainingRecord
 

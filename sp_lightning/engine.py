@@ -115,20 +115,22 @@ class EngineSettings:
     league: LeagueSettings | None = None
 
 
-def check_moves_fit(games: list[GameSettings], tokenizer, max_new_tokens: int) -> None:
+def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan) -> None:
     """Refuse, before any game is played, a run whose answers cannot hold a move: a game's move
-    takes more tokens under this tokenizer than ``max_new_tokens`` lets the policy write. With the
-    tiny model that means the game's moves were not made single tokens (``policy.tiny.games``);
-    every answer would be an invalid move and the run would learn nothing, silently."""
+    takes more tokens under this tokenizer than the sampling of one of its seats (the run's, the
+    seat's role's or a policy's own) lets the policy write. With the tiny model that means the
+    game's moves were not made single tokens (``policy.tiny.games``); every answer would be an
+    invalid move and the run would learn nothing, silently."""
     for index, game in enumerate(games):
         moves = game.info.moves if game.info is not None else ()
         if not moves:
             continue
         lengths = {move: len(tokenizer.encode(move, add_special_tokens=False)) for move in moves}
         longest = max(lengths, key=lengths.get)
+        max_new_tokens, key = min(sampling.fewest_new_tokens(agent) for agent in game.agents)
         if lengths[longest] > max_new_tokens:
             raise ValueError(
-                f"data.sampling.max_new_tokens: {max_new_tokens} token(s) cannot hold move {longest!r} of "
+                f"{key}: {max_new_tokens} token(s) cannot hold move {longest!r} of "
                 f"data.games[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
                 f"max_new_tokens, or with model: tiny add {game.id!r} to model.policy.tiny.games so that its "
                 f"moves are single tokens"
@@ -199,7 +201,7 @@ class Engine:
                  fit: bool = False, learners: Learners | None = None):
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
-        check_moves_fit(settings.games, tokenizer, settings.sampling.default.max_new_tokens)
+        check_moves_fit(settings.games, tokenizer, settings.sampling)
         check_league_learners(settings.league, learners)
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)

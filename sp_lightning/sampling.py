@@ -13,7 +13,8 @@ it changes (``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``)::
 A request's settings are the run's, then its role's override, then its policy's (the exact spec,
 ``checkpoint:ckpt_3`` or ``learner:solver``, else its kind, ``checkpoint`` or ``learner``): the
 policy's wins where both set a key. Evaluation plays every request at the evaluation temperature
-(``data.eval.temperature``) when one is set. The scheduler resolves each request once
+(``data.eval.temperature``) when one is set, except those whose role or policy sets a temperature
+of its own: a judge at 0 judges at 0 in evaluation too. The scheduler resolves each request once
 (``ModelRequest.sampling``); backends take per-request settings (vLLM and servers in one call, the
 Hugging Face worker one call per distinct settings), and each completion carries the temperature
 it was drawn at, which training divides its logits by.
@@ -50,7 +51,8 @@ class SamplingPlan:
     by_role: dict[str, dict[str, Any]] = field(default_factory=dict)
     by_policy: dict[str, dict[str, Any]] = field(default_factory=dict)
     temperature: float | None = None
-    """Every request's temperature, whatever the overrides say (evaluation); None: theirs."""
+    """Every request's temperature (evaluation) unless its role or policy sets its own; None: the
+    run's."""
 
     def __post_init__(self):
         self._cache: dict[tuple[str, str], SamplingSettings] = {}
@@ -82,9 +84,19 @@ class SamplingPlan:
                    **self.by_policy.get(str(policy), self.by_policy.get(policy.kind.value, {}))}
         if changes:
             settings = dataclasses.replace(settings, **changes)
-        if self.temperature is not None and settings.temperature != self.temperature:
+        if self.temperature is not None and "temperature" not in changes:
             settings = dataclasses.replace(settings, temperature=self.temperature)
         return settings
+
+    def fewest_new_tokens(self, role: str) -> tuple[int, str]:
+        """The fewest new tokens a request of ``role`` may be given, by any policy, and the config
+        key that gives it (to check that an answer can hold a move)."""
+        role_limit = self.by_role.get(role, {}).get("max_new_tokens")
+        candidates = [(role_limit, f"data.sampling_by_role.{role}.max_new_tokens") if role_limit is not None
+                      else (self.default.max_new_tokens, "data.sampling.max_new_tokens")]
+        candidates += [(changes["max_new_tokens"], f"data.sampling_by_policy.{spec}.max_new_tokens")
+                       for spec, changes in self.by_policy.items() if "max_new_tokens" in changes]
+        return min(candidates, key=lambda candidate: candidate[0])
 
     def plain(self) -> SamplingSettings:
         """The run's settings at this plan's temperature, without the roles' and policies' own: for

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from sp_lightning.kv_cache import cache_argument, new_cache
-from sp_lightning.rollout.hf import left_pad
+from sp_lightning.padding import left_pad
 
 MAX_SHARED_FRACTION = 0.75
 """Share prompts only when it leaves at most this fraction of the plain layout's tokens: a

@@ -111,3 +111,26 @@ def test_reading_a_game_builds_no_env_until_the_run_checks_it(monkeypatch):
     bad = GameSettings(id="kuhn_poker_v1", env_kwargs={"invalid_move": "sometimes"})
     with pytest.raises(ValueError, match=r"^data.games\[3\] \(kuhn_poker_v1\) with env_kwargs"):
         bad.check("data.games[3]")
+
+
+def test_a_seat_whose_own_sampling_cannot_hold_a_move_is_refused_naming_that_key(tiny_policy):
+    """The moves must fit the fewest tokens any seat may write: the run's max_new_tokens, a
+    seat's role's own, or a policy's own (the key that sets the limit is the one named)."""
+    from sp_lightning.engine import check_moves_fit
+    from sp_lightning.games import GameSettings
+    from sp_lightning.rollout import SamplingSettings
+    from sp_lightning.sampling import SamplingPlan
+
+    _, tokenizer = tiny_policy
+    games = [GameSettings(id="tictactoe_v1"), GameSettings(id="liars_dice_v1")]  # [1x1]: 5 tokens here
+    check_moves_fit(games, tokenizer, SamplingPlan(SamplingSettings(max_new_tokens=8)))
+    with pytest.raises(ValueError, match=r"^data.sampling.max_new_tokens: 4 token\(s\) cannot hold move"):
+        check_moves_fit(games, tokenizer, SamplingPlan(SamplingSettings(max_new_tokens=4)))
+    terse_seat = SamplingPlan(SamplingSettings(max_new_tokens=8), by_role={"player_1": {"max_new_tokens": 3}})
+    with pytest.raises(ValueError, match=r"^data.sampling_by_role.player_1.max_new_tokens: 3 token\(s\) .*liars_dice"):
+        check_moves_fit(games, tokenizer, terse_seat)
+    terse_checkpoints = SamplingPlan(SamplingSettings(max_new_tokens=8), by_policy={"checkpoint": {"max_new_tokens": 2}})
+    with pytest.raises(ValueError, match=r"^data.sampling_by_policy.checkpoint.max_new_tokens: 2 token"):
+        check_moves_fit(games, tokenizer, terse_checkpoints)
+    judges = SamplingPlan(SamplingSettings(max_new_tokens=8), by_role={"judge": {"max_new_tokens": 1}})
+    check_moves_fit(games, tokenizer, judges)  # no seat of these games is a judge

@@ -7,7 +7,7 @@ import torch
 
 from sp_lightning.kv_cache import _cache_keyword, cache_argument, new_cache
 from sp_lightning.rollout.base import SamplingSettings
-from sp_lightning.rollout.hf import left_pad
+from sp_lightning.padding import left_pad
 from sp_lightning.rollout.sampler import sample
 
 

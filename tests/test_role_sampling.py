@@ -35,10 +35,13 @@ def test_a_requests_settings_are_the_runs_then_its_roles_then_its_policys():
     assert PLAN.for_request(_request("judge", PolicyRef("base"))).temperature == 0.5
     assert PLAN.for_request(_request("player", PolicyRef("checkpoint", "c1"))).max_new_tokens == 2
     assert PLAN.for_request(_request("player", PolicyRef("checkpoint", "c2"))).max_new_tokens == 4
-    greedy = PLAN.at_temperature(0.0)  # evaluation: every request at the evaluation temperature
-    assert {greedy.for_request(_request(r, p)).temperature for r in ("player", "terse")
-            for p in (LEARNER, PolicyRef("base"))} == {0.0}
+    greedy = PLAN.at_temperature(0.0)  # evaluation: every request at the evaluation temperature...
+    assert {greedy.for_request(_request("player", p)).temperature for p in (LEARNER, PolicyRef("checkpoint", "c1"))} == {0.0}
     assert greedy.for_request(_request("terse")).max_new_tokens == 1 and PLAN.at_temperature(None) is PLAN
+    hot = PLAN.at_temperature(0.8)  # ...but a role's or policy's own temperature: a judge stays at 0
+    assert hot.for_request(_request("player")).temperature == 0.8
+    assert hot.for_request(_request("judge")).temperature == 0.0
+    assert hot.for_request(_request("player", PolicyRef("base"))).temperature == 0.5
     assert SamplingPlan.of(SamplingSettings(max_new_tokens=3)).for_request(_request("x")).max_new_tokens == 3
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from sp_lightning.rollout.base import SamplingSettings
-from sp_lightning.rollout.hf import left_pad
+from sp_lightning.padding import left_pad
 from sp_lightning.rollout.sampler import processed_logits, sample
 
 

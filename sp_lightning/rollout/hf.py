@@ -54,6 +54,7 @@ from contextlib import contextmanager
 import torch
 
 from sp_lightning.learners import adapter_of, learner_adapters, state_targets, trainable_again
+from sp_lightning.padding import left_pad
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, WeightUpdate, by_sampling, check_adapter_dir, checked_max_prompt_tokens,
     context_length, prompt_limit, refuse, refuse_too_long, registered_path,
@@ -64,17 +65,6 @@ from sp_lightning.rollout.sampler import sample
 from sp_lightning.types import LEARNER, Completion, ModelRequest, PolicyKind, PolicyRef
 
 BASE_ROWS = "__base__"  # peft's adapter name for rows served with no adapter in a mixed batch
-
-
-def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask)`` of ``sequences`` padded on the left to the longest, so
-    that every sequence ends at the last column, where generation continues."""
-    width = max(map(len, sequences))
-    # one tensor from padded Python lists: a tensor per row costs more than the row's copy
-    input_ids = torch.tensor([[pad_id] * (width - len(seq)) + list(seq) for seq in sequences], dtype=torch.long)
-    attention_mask = torch.tensor([[0] * (width - len(seq)) + [1] * len(seq) for seq in sequences], dtype=torch.long)
-    return input_ids, attention_mask
-
 
 AUTO_MERGE_MAX_PARAMS = 50_000_000
 """``merge_learner: null`` merges for models up to this size (a copy of 50M fp32 parameters is
