@@ -78,7 +78,10 @@ def record_config(config: str, steps: int, val_every: int) -> dict[str, dict[str
 def record(steps: int, val_every: int) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    return {"commit": commit, "steps": steps, "val_every": val_every, "threads": 1,
+    from importlib.metadata import version
+
+    libraries = {name: version(name) for name in ("torch", "transformers", "peft", "lightning")}
+    return {"commit": commit, "steps": steps, "val_every": val_every, "threads": 1, "libraries": libraries,
             "configs": {config: record_config(config, steps, val_every) for config in CONFIGS}}
 
 

@@ -58,7 +58,8 @@ def default_precision() -> str:
 
 def trainer_defaults() -> dict:
     """The Trainer settings ``sp-lightning fit`` uses where a config is silent: ``max_steps``
-    counts batches of games (``global_step`` is one per batch, whatever ``model.update_epochs``),
+    counts batches of games trained on (``global_step`` is one per batch, whatever
+    ``model.update_epochs``; a batch with nothing to learn from, all bots, is not counted),
     validation every 50 steps (not per epoch: the stream has none), no sanity
     validation, every step logged."""
     return {
