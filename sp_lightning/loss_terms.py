@@ -8,7 +8,9 @@ the ``model.loss`` block (torchtune's GRPO loss is the model).
 - :class:`EntropyBonus`: an entropy bonus over the vocabulary or over the legal moves, annealed;
 - :class:`Magnet`: KL(uniform over the legal moves || policy), magnetic mirror descent's magnet;
 - the value loss, when the run's credit learns values: the estimator's own term
-  (``credit.GAE.value_term``).
+  (``credit.GAE.value_term``);
+- a user's own terms, subclasses of :class:`LossTerm` named by ``class_path`` in
+  ``model.loss.extra``, added after the others.
 
 Every term reads the same :class:`LossBatch` (the micro-batch's tensors, the batch's counts over
 every rank, the step, the legal moves where a term asked for them) and :class:`ForwardOutputs`
@@ -225,6 +227,44 @@ class Magnet:
         return loss, {"magnet_kl": masked_mean(magnet.detach(), known)}
 
 
+class LossTerm:
+    """A further term of the loss, named in ``model.loss.extra`` by ``class_path`` (its
+    ``init_args`` are its constructor's): ``term(batch, outputs)`` returns its loss (None when it
+    adds nothing at this step) and detached diagnostics, each a mean over the micro-batch's
+    trained tokens, which are logged as ``train/<name>``. A term that reads the reference's
+    logprobs (``outputs.ref_logprobs``) or the legal moves (``batch.legal``) says so, and the
+    trainer computes them for it."""
+
+    needs_reference: bool = False
+    needs_legal_moves: bool = False
+
+    def __call__(self, batch: LossBatch, out: ForwardOutputs) -> tuple[Tensor | None, dict[str, Tensor]]:
+        raise NotImplementedError(f"{type(self).__name__}: a loss term computes (batch, outputs) -> (loss, stats)")
+
+
+class ZLoss(LossTerm):
+    """``coef x logsumexp(logits)^2`` at each completion token (PaLM's z-loss): keeps the logits'
+    normaliser near 1 so that they do not drift upward, which bf16 rounds badly. A ready
+    :class:`LossTerm`, and the pattern for one of a user's own::
+
+        model:
+          loss:
+            extra:
+              - {class_path: sp_lightning.loss_terms.ZLoss, init_args: {coef: 1.0e-4}}
+    """
+
+    def __init__(self, coef: float = 1e-4):
+        if not coef > 0:
+            raise ValueError(f"loss.extra: ZLoss coef: expected > 0, got {coef!r}")
+        self.coef = coef
+
+    def __call__(self, batch: LossBatch, out: ForwardOutputs) -> tuple[Tensor | None, dict[str, Tensor]]:
+        mask = batch.mask.to(out.logits.dtype)  # (B, K)
+        z_squared = torch.logsumexp(out.logits.float(), dim=-1).pow(2)  # (B, K)
+        loss = self.coef * (z_squared * mask).sum() / batch.num_tokens
+        return loss, {"z_loss": masked_mean(z_squared.detach(), mask)}
+
+
 @dataclass
 class LossSettings:
     """``model.loss``: the clipped surrogate and how every token term aggregates, then a block per
@@ -251,6 +291,8 @@ class LossSettings:
     kl: KLPenalty = field(default_factory=KLPenalty)
     entropy: EntropyBonus = field(default_factory=EntropyBonus)
     magnet: Magnet = field(default_factory=Magnet)
+    extra: list[LossTerm] = field(default_factory=list)
+    """Further terms (:class:`LossTerm` subclasses by ``class_path``), added after the others."""
 
     def __post_init__(self):
         if self.importance_sampling not in ("auto", "on", "off"):
@@ -264,16 +306,21 @@ class LossSettings:
             raise ValueError("loss.max_length: required (> 0) when loss.aggregation is 'constant'")
 
     def terms(self) -> list:
-        """The terms in the order their losses add: surrogate, KL, entropy, magnet."""
+        """The terms in the order their losses add: surrogate, KL, entropy, magnet, the extra ones."""
         aggregation = Aggregation(self.aggregation, self.max_length)
         policy = PolicyGradient(self.clip_low, self.clip_high, self.importance_sampling, self.tis_cap, aggregation)
         kl, entropy = dataclasses.replace(self.kl), dataclasses.replace(self.entropy)
         kl.aggregation = entropy.aggregation = aggregation
-        return [policy, kl, entropy, self.magnet]
+        return [policy, kl, entropy, self.magnet, *self.extra]
 
     @property
     def needs_legal_moves(self) -> bool:
-        return self.entropy.needs_legal_moves or self.magnet.needs_legal_moves
+        return (self.entropy.needs_legal_moves or self.magnet.needs_legal_moves
+                or any(term.needs_legal_moves for term in self.extra))
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl.needs_reference or any(term.needs_reference for term in self.extra)
 
 
 def combine(terms: list, batch: LossBatch, out: ForwardOutputs) -> tuple[Tensor, dict[str, Tensor]]:

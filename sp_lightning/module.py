@@ -97,9 +97,9 @@ class SelfPlayModule(L.LightningModule):
         self.optim_of = {name: self._own(self.optim, name, "optimizer") for name in self.learners.names}
         self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
-        if not self.uses_adapter and any(s.kl.needs_reference for s in self.loss_of.values()):
-            raise ValueError("model.loss.kl.coef: the KL penalty's reference is the base model with the adapter "
-                             "off; set model.policy.lora (or kl.coef: 0)")
+        if not self.uses_adapter and any(s.needs_reference for s in self.loss_of.values()):
+            raise ValueError("model.loss: the reference the KL penalty (kl.coef) or an extra term reads is the base "
+                             "model with the adapter off; set model.policy.lora, or drop the term")
         self.strict_loading = not self.uses_adapter
         self.policy_forward = PolicyForward(self.model, self.tokenizer.pad_token_id)
         self.legal_moves = LegalMoves(self.tokenizer)
@@ -158,7 +158,7 @@ class SelfPlayModule(L.LightningModule):
 
     def needs_reference(self, name: str) -> bool:
         """Whether learner ``name``'s loss reads the reference policy (the adapter off)."""
-        return self.loss_of[name].kl.needs_reference and bool(self.uses_adapter)
+        return self.loss_of[name].needs_reference and bool(self.uses_adapter)
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy``: the frozen base sharded over the ranks with FSDP2, the

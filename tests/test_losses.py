@@ -10,7 +10,7 @@ from torch.testing import assert_close
 
 from sp_lightning.collate import TrainBatch
 from sp_lightning.loss_terms import (
-    EntropyBonus, ForwardOutputs, KLPenalty, LossBatch, LossSettings, Magnet, combine,
+    EntropyBonus, ForwardOutputs, KLPenalty, LossBatch, LossSettings, LossTerm, Magnet, ZLoss, combine,
 )
 from sp_lightning.losses import (
     AGGREGATIONS,
@@ -237,6 +237,39 @@ def test_kl_term():
     assert_close(stats["pg_loss"], torch.tensor(0.0))
     loss.backward()
     assert_close(lp.grad, t([[0.0, -0.1 / 3, 0.05 / 3]]))
+
+
+def test_an_extra_term_adds_its_loss_after_the_others_with_its_stats():
+    """model.loss.extra: ZLoss (coef x logsumexp(logits)^2, a token mean) over logits whose
+    normalisers are ln 2 and ln 4: its loss adds to the surrogate's and its gradient is the
+    coefficient's share of 2 z softmax."""
+    logits = torch.zeros(1, 2, 2)
+    logits[0, 1] = math.log(2.0)  # logsumexp: ln 2 and ln 4
+    logits.requires_grad_(True)
+    lp = torch.zeros(1, 2, requires_grad=True)
+    plain, _ = policy_gradient_loss(lp, torch.zeros(1, 2), t([0.0]), torch.ones(1, 2), logits=logits)
+    loss, stats = policy_gradient_loss(lp, torch.zeros(1, 2), t([0.0]), torch.ones(1, 2), logits=logits,
+                                       extra=[ZLoss(coef=0.5)])
+    z = t([LN2, 2 * LN2])
+    assert_close(loss - plain, 0.5 * (z ** 2).sum() / 2)
+    assert_close(stats["z_loss"], (z ** 2).mean())
+    loss.backward()
+    assert_close(logits.grad[0], 0.5 * (2 * z[:, None] * torch.softmax(logits.detach()[0], -1)) / 2)
+    assert LossSettings(extra=[ZLoss()]).terms()[-1].coef == 1e-4
+    with pytest.raises(ValueError, match="ZLoss coef"):
+        ZLoss(coef=0.0)
+
+
+def test_an_extra_term_that_reads_the_reference_or_the_legal_moves_asks_for_them():
+    class ReadsReference(LossTerm):
+        needs_reference = True
+
+    class ReadsLegalMoves(LossTerm):
+        needs_legal_moves = True
+
+    assert not LossSettings().needs_reference and not LossSettings().needs_legal_moves
+    assert LossSettings(extra=[ReadsReference()]).needs_reference
+    assert LossSettings(extra=[ReadsLegalMoves()]).needs_legal_moves
 
 
 def test_kl_reported_without_penalty():

@@ -253,3 +253,15 @@ def test_importance_sampling_is_on_exactly_for_records_whose_logprobs_are_not_th
         LossSettings(importance_sampling="sometimes")
     with pytest.raises(ValueError, match="loss.tis_cap"):
         LossSettings(tis_cap=0)
+
+
+def test_a_term_named_in_the_config_joins_the_loss_and_is_logged(tmp_path):
+    """model.loss.extra by class_path, as a config names it: the run's terms end with it, and a
+    step logs its diagnostic."""
+    from tests.helpers import fit_batches
+
+    extra = '[{"class_path": "sp_lightning.loss_terms.ZLoss", "init_args": {"coef": 0.001}}]'
+    trainer, _ = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 1, "--model.loss.extra", extra,
+                             "--data.episodes_per_batch", "4")
+    assert type(trainer.lightning_module.terms_of[""][-1]).__name__ == "ZLoss"
+    assert trainer.logged_metrics["train/z_loss"] > 0
