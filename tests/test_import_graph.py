@@ -101,6 +101,25 @@ def test_no_import_cycle_anywhere_in_the_packages():
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
 
 
+def test_the_training_side_never_imports_the_playing_side():
+    """Data flows one way: the module gets records and sends weights; nothing it imports, however
+    indirectly, is the engine, the DataModule, the arena or a rollout backend (only the
+    ``rollout.base`` types of what crosses)."""
+    files = module_files()
+    known = set(files)
+    graph = {module: imports_of(module, path, known) for module, path in files.items()}
+    reached, todo = set(), ["sp_lightning.module"]
+    while todo:
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    playing = {"sp_lightning.engine", "sp_lightning.data", "sp_lightning.arena", "sp_lightning.scheduler",
+               "sp_lightning.league.callbacks", "sp_lightning.rollout"} | {m for m in known if m.startswith("sp_lightning.rollout.")
+                                                   and m != "sp_lightning.rollout.base"}
+    assert "sp_lightning.update" in reached  # the walk is not empty
+    assert not reached & playing, sorted(reached & playing)
+
+
 def test_the_cycle_finder_finds_a_cycle():
     """The check above can fail: a two-module cycle and a three-module one are reported."""
     graph = {"a": {"b"}, "b": {"a"}, "c": {"d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
