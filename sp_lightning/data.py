@@ -212,20 +212,22 @@ class SelfPlayDataModule(L.LightningDataModule):
 
     def build_engine(self, module, rank: int = 0, world_size: int = 1, fit: bool = False) -> Engine:
         """Build the run's engine on ``module``'s model, once (later calls return it): its worker
-        serves a copy of the policy. ``setup`` calls it; ``sp-lightning evaluate``, ``rollout``,
-        ``play`` and ``crossplay`` call it without a Trainer, and then the worker gets the
-        module's weights now (:meth:`send_weights`; in a fit the weight path sends them when
-        training or validation starts)."""
+        serves a copy of the policy. ``sp-lightning evaluate``, ``rollout``, ``play`` and
+        ``crossplay`` call it without a Trainer, and then the worker gets the module's weights
+        now (:meth:`send_weights`). Under a Trainer, ``setup`` builds it and the weight path
+        sends when training or validation starts (after a checkpoint is loaded)."""
         if self._engine is None:
-            self._engine = Engine(self.settings, module.model, module.tokenizer, rank=rank, world_size=world_size,
-                                  fit=fit,
-                                  learners=getattr(module, "learners", None))
-            if self._restored is not None:
-                self._engine.load_state_dict(self._restored)
-                self._restored = None
+            self._build(module, rank, world_size, fit)
             if not fit and self._engine.worker.trains:  # a text-only server holds weights of its own
                 self.send_weights(module)
         return self._engine
+
+    def _build(self, module, rank: int, world_size: int, fit: bool) -> None:
+        self._engine = Engine(self.settings, module.model, module.tokenizer, rank=rank, world_size=world_size,
+                              fit=fit, learners=getattr(module, "learners", None))
+        if self._restored is not None:
+            self._engine.load_state_dict(self._restored)
+            self._restored = None
 
     def send_weights(self, module, version: int = 0) -> None:
         """``module``'s weights into the engine's worker, through the weight path: what the
@@ -245,8 +247,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         self._install_callbacks()
         if self._engine is not None:  # setup runs again for validate after fit
             return
-        self.build_engine(self.trainer.lightning_module, rank=self.trainer.global_rank,
-                          world_size=self.trainer.world_size, fit=stage == "fit")
+        self._build(self.trainer.lightning_module, rank=self.trainer.global_rank,
+                    world_size=self.trainer.world_size, fit=stage == "fit")
         self._engine.start()
 
     def _install_callbacks(self) -> None:

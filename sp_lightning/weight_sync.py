@@ -17,7 +17,10 @@ weights (as every callback may) and writes them to its engine's worker. It sends
 - after every training step (``on_train_batch_end``: the first of the data block's callbacks,
   before the league's, which sends again when it resets an exploiter, and before any checkpoint
   is written);
-- when validation starts (a standalone ``validate``, and a worker that was closed meanwhile).
+- when validation starts (a standalone ``validate``, a sanity check before the first step, a
+  worker closed meanwhile), except right after a training step's send: the validation inside a
+  fit follows the step whose weights were just sent, and vLLM and the servers would write and
+  load the same adapter again.
 
 A worker that does not train (a remote model being evaluated) is sent nothing. Each send is
 timed and counted: ``rollout/weight_sync_ms`` and ``rollout/weight_sync_bytes``. Under
@@ -57,6 +60,7 @@ class WeightSync(L.Callback):
         self.worker = worker
         self.last_ms = 0.0
         self.last_bytes = 0
+        self._sent_after_step: int | None = None  # the global_step whose on_train_batch_end sent
 
     def send(self, pl_module, version: int) -> WeightUpdate | None:
         """One update of every learner's weights, stamped ``version``, into the worker (None, and
@@ -76,8 +80,15 @@ class WeightSync(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.send(pl_module, trainer.global_step)
+        self._sent_after_step = trainer.global_step
         pl_module.log_dict({"rollout/weight_sync_ms": self.last_ms,
                             "rollout/weight_sync_bytes": float(self.last_bytes)}, batch_size=1)
 
     def on_validation_start(self, trainer, pl_module) -> None:
+        if (trainer.state.fn == "fit" and not trainer.sanity_checking
+                and self._sent_after_step == trainer.global_step):
+            return
         self.send(pl_module, trainer.global_step)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self._sent_after_step = None  # a validate after this fit sends again (teardown closes the worker)

@@ -107,3 +107,25 @@ def test_a_fit_sends_after_every_step_and_logs_what_each_send_cost(tmp_path):
     logged = trainer.logged_metrics
     assert logged["rollout/weight_sync_bytes"] == float(update_of(module.model, 3).nbytes)
     assert logged["rollout/weight_sync_ms"] > 0
+
+
+@pytest.mark.slow
+def test_a_fit_sends_once_per_step_and_validation_inside_it_sends_nothing_new(tmp_path, monkeypatch):
+    """Two steps with a validation after the second: one send when training starts, one after each
+    step, none for the validation (it follows the step whose weights were just sent); a validate
+    of the checkpoint afterwards sends once, the checkpoint's weights (its Trainer counts from 0)."""
+    from sp_lightning.cli import main
+    from tests.test_e2e import _args
+
+    versions = []
+    load_weights = HFRolloutWorker.load_weights
+
+    def counting_load_weights(self, update):
+        versions.append(update.version)
+        return load_weights(self, update)
+
+    monkeypatch.setattr(HFRolloutWorker, "load_weights", counting_load_weights)
+    main(["fit", *_args("tictactoe_tiny.yaml", tmp_path, 2)])
+    assert versions == [0, 1, 2]
+    main(["validate", *_args("tictactoe_tiny.yaml", tmp_path, 2), "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")])
+    assert versions == [0, 1, 2, 0]
