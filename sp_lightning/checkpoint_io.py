@@ -26,6 +26,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files, temp_path
+from sp_lightning.checkpoints import unreadable
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().load_checkpoint(path, *args, **kwargs)
         except Exception as err:  # torch raises several kinds for a truncated or corrupt file
             prev = previous_path(path)
-            if _is_remote(path) or not prev.exists():
+            if _is_remote(path):
                 raise
+            if not prev.exists():  # what the user named with ckpt_path is missing or not a checkpoint
+                raise unreadable(path, "ckpt_path", err) from err
             log.warning("checkpoint %s cannot be read (%s: %s); loading the previous one, %s",
                         path, type(err).__name__, err, prev)
             return super().load_checkpoint(prev, *args, **kwargs)
