@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shlex
+import warnings
 
 import pytest
 
@@ -176,6 +177,7 @@ def parse(subcommand: str, args: list[str]) -> None:
 
     try:
         if subcommand in ("fit", "validate"):
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # as sp-lightning does
             ParseOnly(args=[subcommand, *args], seed_everything_default=0,
                       parser_kwargs={**PARSER_KWARGS, "prog": "sp-lightning", subcommand: PARSER_KWARGS})
         else:
