@@ -113,8 +113,13 @@ def misfits(state: dict, params: dict) -> list[str]:
 def check_fits(checkpoint: dict, module, where: str) -> None:
     """Refuse a checkpoint whose weights do not fit ``module``'s model: the settings that differ
     when the checkpoint recorded its own, else the first weights that do not fit. ``where``
-    names the file and its flag (``--checkpoint runs/x/last.ckpt``)."""
-    bad = misfits(checkpoint["state_dict"], dict(module.named_parameters()))
+    names the file and its flag (``--checkpoint runs/x/last.ckpt``). A checkpoint whose weights
+    the strategy loads apart (``ModelParallelStrategy`` hands the hook no ``state_dict``) is left
+    to the strategy."""
+    state = checkpoint.get("state_dict")
+    if not isinstance(state, dict):
+        return
+    bad = misfits(state, dict(module.named_parameters()))
     if not bad:
         return
     differ = differing_settings(checkpoint.get("hyper_parameters"), _plain(dict(module.hparams)))
