@@ -71,8 +71,12 @@ def check_players(ours, engine) -> None:
     from sp_lightning.checkpoints import check_adapter_dir
     from sp_lightning.types import PolicyKind, parse_policy
 
+    names = [name for name in engine.learners.names if name]
     if ours.opponent:
         policy = parse_policy(ours.opponent, "--opponent")
+        if policy.kind is PolicyKind.LEARNER and policy.name and policy.name not in names:
+            raise UserError(f"--opponent {ours.opponent}: no such learner; expected one of "
+                            f"{', '.join('learner:' + name for name in names) or 'learner (the config has one)'}")
         if policy.kind is PolicyKind.BOT and not engine.has_bot(policy.name):
             raise UserError(f"--opponent {ours.opponent}: no such bot; expected one of "
                             f"{', '.join('bot:' + name for name in engine.bot_names())}")
@@ -80,8 +84,7 @@ def check_players(ours, engine) -> None:
             if not os.path.isdir(policy.name):
                 raise UserError(f"--opponent {ours.opponent}: no directory {policy.name!r}; expected "
                                 f"checkpoint:<peft adapter directory>")
-            check_adapter_dir(policy.name, "--opponent checkpoint:")
-    names = [name for name in engine.learners.names if name]
+            check_adapter_dir(policy.name, "--opponent")
     if ours.learner and ours.learner not in names:
         have = f"model.learners names {', '.join(names)}" if names else "the config has one learner: drop --learner"
         raise UserError(f"--learner {ours.learner}: no such learner; {have}")
