@@ -99,7 +99,7 @@ CASES = [
      ["--model.policy.model: directory", "no_such_model' does not exist"]),
     (_fit("--config", "{f}/missing.yaml"), ["--config: File does not exist", "missing.yaml"]),
     (_fit("--config", "{f}/bad.yaml"), ["--config {f}/bad.yaml: Problems parsing config"]),
-    (_fit("--config", "{f}/bad_key.yaml"), ["does not accept option 'data.episodes_per_bach'"]),
+    (_fit("--config", "{f}/bad_key.yaml"), ["--config {f}/bad_key.yaml: data.episodes_per_bach: no such key"]),
     (_fit("--ckpt_path", "{f}/missing.ckpt"), ["ckpt_path {f}/missing.ckpt: no such file"]),
     (_fit("--ckpt_path", "{f}/corrupt.ckpt"), ["ckpt_path {f}/corrupt.ckpt: not a readable checkpoint"]),
     (["validate", *_fit("--ckpt_path", "{f}/corrupt.ckpt")[1:]],

@@ -21,6 +21,7 @@ with one line on stderr and exit status 2; ``--debug`` anywhere on the command l
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 from sp_lightning.errors import DEBUG_ENV, debug_requested, user_message
@@ -74,6 +75,9 @@ def _refuse(argv: list[str], message: str) -> None:
     prog = f"sp-lightning {argv[0]}"
     if message.startswith("Problems parsing config"):  # a YAML error, which jsonargparse does not place
         message = f"{_unreadable_config(argv)}: {message}"
+    unknown = re.search(r"does not accept option '([^']+)'", message)
+    if unknown:  # a key of a config file: which file
+        message = f"{_config_holding(argv, unknown.group(1))}{unknown.group(1)}: no such key"
     head = message.partition(":")[0]
     if any(arg == f"--{head}" or arg.startswith(f"--{head}=") for arg in argv):  # named as the user typed it
         message = f"--{message}"
@@ -82,15 +86,36 @@ def _refuse(argv: list[str], message: str) -> None:
     raise SystemExit(2)
 
 
+def _configs(argv: list[str]) -> list[str]:
+    return [path for flag, path in zip(argv, argv[1:]) if flag in ("--config", "-c")]
+
+
+def _config_holding(argv: list[str], key: str) -> str:
+    """``--config <file>: `` of the last config on the command line that sets ``key`` (dotted),
+    or nothing."""
+    import yaml
+
+    for path in reversed(_configs(argv)):
+        try:
+            with open(path) as f:
+                node = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            continue
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is not None:
+            return f"--config {path}: "
+    return ""
+
+
 def _unreadable_config(argv: list[str]) -> str:
     """``--config <file>`` of the first config on the command line that is not valid YAML."""
     import yaml
 
-    for flag, path in zip(argv, argv[1:]):
-        if flag in ("--config", "-c"):
-            try:
-                with open(path) as f:
-                    yaml.safe_load(f)
-            except (OSError, yaml.YAMLError):
-                return f"--config {path}"
+    for path in _configs(argv):
+        try:
+            with open(path) as f:
+                yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            return f"--config {path}"
     return "--config"
