@@ -9,7 +9,18 @@ only ``last.ckpt`` is unreadable the run has no resume point. Here a save writes
 always a rename, fsynced), keeps the checkpoint it replaces as ``<name>.prev`` (a hard link, so
 the target path never stops existing), renames the new file over the target and fsyncs the
 directory. A load that cannot read the file (truncated, corrupt, missing) warns and loads
-``<name>.prev`` instead: the run resumes one checkpoint earlier rather than not at all.
+``<name>.prev`` instead: the run resumes one checkpoint earlier rather than not at all; with no
+``.prev`` either, it says which file cannot be read (``sp_lightning.checkpoints.unreadable``).
+
+Why ``<name>.prev`` stays beside each checkpoint, although the rename alone already makes a kill
+mid-write harmless (the old file stays in place until the new one is complete): the rename
+protects a checkpoint while it is written, the ``.prev`` after. A file damaged once written (a
+disk that filled while it was copied, a sync tool or a person who cut it short, a bad sector)
+would otherwise leave a run with no resume point at all; the fallback (tested in
+``tests/test_checkpoint_io.py``) needs the previous file, so it is kept, not removed once the
+new one is in place. It costs one more checkpoint of disk, a small one here: with LoRA a
+checkpoint holds only the trained weights. The README's first run and docs/getting-started.md
+say what the two files are.
 
 ``SelfPlayCLI`` installs it on every trainer whose strategy still has Lightning's default
 checkpoint IO; a ``trainer.plugins`` entry of your own wins.
@@ -26,6 +37,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files, temp_path
+from sp_lightning.checkpoints import unreadable
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +77,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().load_checkpoint(path, *args, **kwargs)
         except Exception as err:  # torch raises several kinds for a truncated or corrupt file
             prev = previous_path(path)
-            if _is_remote(path) or not prev.exists():
+            if _is_remote(path):
                 raise
+            if not prev.exists():  # what the user named with ckpt_path is missing or not a checkpoint
+                raise unreadable(path, "ckpt_path", err) from err
             log.warning("checkpoint %s cannot be read (%s: %s); loading the previous one, %s",
                         path, type(err).__name__, err, prev)
             return super().load_checkpoint(prev, *args, **kwargs)

@@ -36,6 +36,7 @@ from sp_lightning.engine import (
     DEFAULTS, ArenaFactory, Engine, EngineSettings, EvalSettings, RolloutFactory, default_source, engine_of,
 )
 from sp_lightning.episode_log import EpisodeLogSettings
+from sp_lightning.errors import UserError
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
 from sp_lightning.league.callbacks import LeagueCallback
 from sp_lightning.league.sampler import LeagueSampler
@@ -288,7 +289,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         ranks = state.get("ranks")
         if ranks is not None:
             if len(ranks) != distributed.world_size():
-                raise ValueError(f"the checkpoint was written by {len(ranks)} data-parallel ranks, this run has "
+                raise UserError(f"the checkpoint was written by {len(ranks)} data-parallel ranks, this run has "
                                  f"{distributed.world_size()}: resume with as many ranks (trainer.devices x "
                                  f"trainer.num_nodes) to continue every rank's games")
             state = ranks[distributed.rank()]

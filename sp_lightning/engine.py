@@ -48,7 +48,7 @@ from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sampling import SamplingPlan
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
 from sp_lightning.learners import Learners
-from sp_lightning.types import LEARNER, as_policy
+from sp_lightning.types import LEARNER, PolicyKind, as_policy, parse_policy
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +184,25 @@ def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: boo
                          f"serve here (checkpoints need a LoRA policy: model.policy.lora)")
 
 
+def check_named_policies(settings: EngineSettings, bots, learners: Learners | None) -> None:
+    """Refuse, before any game, a bot or a learner the config names that the run does not have
+    (a game's opponent mix, ``data.eval.opponent``, ``data.eval.also_against``): otherwise the
+    first game that seats it fails in the middle of the run, naming no key."""
+    named = [(f"data.games[{index}].opponents", policy) for index, game in enumerate(settings.games)
+             for policy in game.opponent_policies]
+    named.append(("data.eval.opponent", parse_policy(settings.eval.opponent, "data.eval.opponent")))
+    named += [("data.eval.also_against", parse_policy(spec, "data.eval.also_against"))
+              for spec in settings.eval.also_against]
+    names = [name for name in (learners.names if learners is not None else []) if name]
+    for key, policy in named:
+        if policy.kind is PolicyKind.BOT and policy.name not in bots:
+            raise ValueError(f"{key}: no bot named {policy.name!r}; expected one of "
+                             f"{', '.join('bot:' + name for name in sorted(bots))}")
+        if policy.kind is PolicyKind.LEARNER and policy.name and policy.name not in names:
+            raise ValueError(f"{key}: no learner named {policy.name!r}; expected "
+                             f"{', '.join('learner:' + name for name in names) or 'learner (model.learners names none)'}")
+
+
 class Engine:
     """What a run plays with (see the module docstring). Built by ``SelfPlayDataModule``.
 
@@ -234,6 +253,7 @@ class Engine:
             remotes=settings.remote_models, credit=settings.credit, episodes_per_batch=settings.episodes_per_batch,
             seed=settings.seed, source=settings.source, episode_log=episode_log, learners=learners,
         )
+        check_named_policies(settings, self.arena.bots, learners)
         self.pending_bot_rngs: dict[str, Any] = {}  # saved streams of bots that join later (add_bot)
         self.learners = learners if learners is not None else Learners()
 
@@ -331,6 +351,10 @@ class Engine:
     def has_bot(self, name: str) -> bool:
         """Whether ``bot:<name>`` can be seated."""
         return name in self.arena.bots
+
+    def bot_names(self) -> list[str]:
+        """Every ``bot:<name>`` that can be seated now, sorted."""
+        return sorted(self.arena.bots)
 
     def add_bot(self, name: str, bot: Any) -> None:
         """A scripted player that joins during the run, seated as ``bot:<name>`` from the next

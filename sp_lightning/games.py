@@ -55,8 +55,6 @@ class GameSettings:
         if self.max_turns < 1:
             raise ValueError(f"games[{self.id}].max_turns: expected >= 1, got {self.max_turns}")
         mix = MIRROR if self.opponents is None else self.opponents
-        if not mix or any(w < 0 for w in mix.values()):
-            raise ValueError(f"games[{self.id}].opponents: expected non-negative weights, got {self.opponents}")
         try:
             self._opponents = [(parse_policy(spec, "opponent"), w) for spec, w in mix.items()]
         except ValueError as exc:
@@ -79,6 +77,10 @@ class GameSettings:
         if self._facts is not None:
             return
         key = key or f"games[{self.id}]"
+        weights = [w for _, w in self._opponents]
+        if not weights or any(not w >= 0 for w in weights) or sum(weights) <= 0:
+            raise ValueError(f"{key}.opponents: expected weights >= 0 with at least one > 0 (a share of the "
+                             f"games against each), got {self.opponents}")
         try:
             probe = self._env_factory()
             probe.reset(seed=0)
@@ -86,6 +88,11 @@ class GameSettings:
             raise ValueError(f"{key} ({self.id}) with env_kwargs {self.env_kwargs}: {exc}") from exc
         self._facts = (list(probe.possible_agents), getattr(probe, "game_info", None))
         probe.close()
+
+    @property
+    def opponent_policies(self) -> list[PolicyRef]:
+        """The policies of this game's opponent mix (``opponents``)."""
+        return [policy for policy, _ in self._opponents]
 
     @property
     def agents(self) -> list[str]:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from sp_lightning.errors import UserError
+
 log = logging.getLogger(__name__)
 
 TINY = "tiny"
@@ -45,6 +47,14 @@ class LoraSettings:
     for tokens added to a pretrained vocabulary; the entry "moves" stands for every move of the
     games of policy.tiny.games.
     The base embedding stays frozen: the rows' deltas live in the adapter."""
+
+    def __post_init__(self):
+        # peft's own check of r runs only when the adapter is built, and its message speaks of
+        # target_modules (it lists every module it could not adapt)
+        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
+            raise ValueError(f"policy.lora.r: expected an int >= 1, got {self.r!r}")
+        if not self.alpha > 0:
+            raise ValueError(f"policy.lora.alpha: expected > 0, got {self.alpha!r}")
 
 
 @dataclass
@@ -187,6 +197,9 @@ def load_base(settings: PolicySettings):
         return model, tokenizer
     source = settings.model
     offline = os.path.isdir(source)
+    if not offline and _names_a_directory(source):
+        raise UserError(f"model.policy.model: directory {source!r} does not exist (from {os.getcwd()}); expected "
+                        f"a directory written by save_pretrained, a hub name (org/name) or 'tiny'")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(
@@ -194,7 +207,7 @@ def load_base(settings: PolicySettings):
         )
     except OSError as err:
         raise ValueError(
-            f"policy.model: could not load {source!r} as a local directory or a hub model "
+            f"model.policy.model: could not load {source!r} as a local directory or a hub model "
             f"({err}). Pass a directory written by save_pretrained, a hub name this machine can "
             f"download, or 'tiny' for the built-in model."
         ) from err
@@ -203,6 +216,12 @@ def load_base(settings: PolicySettings):
     if tokenizer.chat_template is None:
         tokenizer.chat_template = CHAT_TEMPLATE
     return model, tokenizer
+
+
+def _names_a_directory(source: str) -> bool:
+    """Whether ``model.policy.model`` can only be a path (a hub name is ``name`` or ``org/name``):
+    absolute, relative to ``.``, ``..`` or ``~``, or with more than one ``/``."""
+    return source.startswith(("/", "./", "../", "~", ".\\")) or source.count("/") > 1 or os.path.isfile(source)
 
 
 def _lora_config(lora: LoraSettings, tokenizer, settings: PolicySettings, key: str):

@@ -29,8 +29,10 @@ import torch
 
 from sp_lightning import distributed, sharding
 from sp_lightning import rng as rng_streams
+from sp_lightning.checkpoints import adapter_misfit, check_adapter_dir, check_fits, read_checkpoint
 from sp_lightning.collate import LegalMoves
 from sp_lightning.device_memory import PeakMemory
+from sp_lightning.errors import UserError
 from sp_lightning.learners import (
     LearnerSettings, Learners, adapter_twins, copy_adapter, load_adapter_dir, overridden, params_of, reset_adapter,
     save_learner_adapter,
@@ -265,11 +267,14 @@ class SelfPlayModule(L.LightningModule):
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        # a checkpoint of another config is refused before Lightning loads it (which would put
+        # weights of the wrong shape in place without a word)
+        check_fits(checkpoint, self, f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint")
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank
             if len(states) != distributed.world_size():
-                raise ValueError(f"the checkpoint was written by {len(states)} data-parallel ranks, this run has "
+                raise UserError(f"the checkpoint was written by {len(states)} data-parallel ranks, this run has "
                                  f"{distributed.world_size()}: resume with as many ranks")
             states = states[distributed.rank()]
         self._resumed_rng_states = states
@@ -285,21 +290,25 @@ class SelfPlayModule(L.LightningModule):
             rng_streams.seed_rank(distributed.rank())
 
     # ---- the policy's weights: load, save, reset ------------------------------------------------
-    def load_policy_weights(self, path: str | os.PathLike[str]) -> None:
+    def load_policy_weights(self, path: str | os.PathLike[str], key: str = "--checkpoint") -> None:
         """Load a trained policy: a Lightning ``.ckpt`` (its trainable weights) or a peft adapter
-        directory. Weights that do not fit the config's model raise, naming them. A run's value
+        directory. A file that cannot be read, or weights that do not fit the config's model,
+        raise a ``UserError`` naming ``key`` (the flag that named ``path``) and, for a checkpoint
+        of another config, the settings that differ (sp_lightning.checkpoints). A run's value
         heads (``credit.GAE``) are no part of the policy: they are read only where this module
         has them."""
         path = os.fspath(path)
         if os.path.isdir(path):
-            load_adapter_dir(self.model, path)
+            check_adapter_dir(path, key)
+            try:
+                load_adapter_dir(self.model, path)
+            except RuntimeError as error:  # size mismatch
+                raise adapter_misfit(path, key, self.model, error) from error
             return
-        state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+        checkpoint = read_checkpoint(path, key)
+        check_fits(checkpoint, self, f"{key} {path}")
         params = dict(self.named_parameters())
-        state = {k: v for k, v in state.items() if k in params or not k.startswith("value_heads.")}
-        missing = [k for k in state if k not in params]
-        if missing:
-            raise ValueError(f"--checkpoint {path}: weights {missing[:3]} do not fit the config's model")
+        state = {k: v for k, v in checkpoint["state_dict"].items() if k in params}
         self.load_state_dict(state, strict=False)
 
     def reset_learner(self, learner: str, seed: int, copy_from: str | None = None) -> None:

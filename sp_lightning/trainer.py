@@ -8,6 +8,7 @@ block.
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 KNOWN_WARNINGS = (
@@ -36,15 +37,33 @@ DEPENDENCY_WARNINGS = (
 )
 """(category, message) of deprecations inside our dependencies that a first run would print and
 a user could mistake for a fault of theirs."""
+DEPENDENCY_NOTICES = (
+    # Lightning's suggestions to install its cloud services (litlogger, litmodels), logged on every
+    # fit to stderr beside the run's real messages: nothing a run here needs or can act on
+    "💡 Tip:",
+)
+"""Starts of the log lines from Lightning that a run leaves out (see :class:`_LeaveOut`)."""
+_LIGHTNING_INFO = "lightning.pytorch.utilities.rank_zero"
+"""The logger of Lightning's ``rank_zero_info`` messages."""
+
+
+class _LeaveOut(logging.Filter):
+    """Drops the log records that start with one of :data:`DEPENDENCY_NOTICES`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(DEPENDENCY_NOTICES)
 
 
 def quiet_known_warnings() -> None:
-    """Silence :data:`KNOWN_WARNINGS` and :data:`DEPENDENCY_WARNINGS` (called by the commands and
-    :func:`make_trainer`)."""
+    """Silence :data:`KNOWN_WARNINGS`, :data:`DEPENDENCY_WARNINGS` and :data:`DEPENDENCY_NOTICES`
+    (called by the commands and :func:`make_trainer`)."""
     for message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
     for category, message in DEPENDENCY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
+    info = logging.getLogger(_LIGHTNING_INFO)
+    if not any(isinstance(f, _LeaveOut) for f in info.filters):
+        info.addFilter(_LeaveOut())
 
 
 def default_precision() -> str:

@@ -41,7 +41,7 @@ def test_a_typo_is_reported_by_the_parser_that_owns_the_flag(capsys, command, ty
         main([command, "--config", TINY, typo, "2"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    usage = f"usage: sp-lightning {command}" if command not in ("fit", "validate") else f"sp-lightning [options] {command}"
-    assert usage in err  # the command's own parser
-    wrong_key = typo.rsplit(".", 1)[-1].lstrip("-")
-    assert f"unrecognized arguments: {typo} 2" in err or f"NestedArg(key='{wrong_key}', val='2')" in err
+    assert err.startswith(f"sp-lightning {command}: error: ")  # the command's own parser, in one line
+    assert "Traceback" not in err and len(err.splitlines()) <= 2
+    wrong_key = typo.lstrip("-")
+    assert f"unrecognized arguments: {typo} 2" in err or f"{wrong_key}: " in err, err

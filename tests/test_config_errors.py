@@ -52,12 +52,14 @@ def test_parse_errors_name_the_key(tmp_path, capsys, overrides, named):
     (["--data.games", '[{"id": "tictactoe_v1", "env_kwargs": {"players": 3}}]'], "env_kwargs", "players"),
     (["--data.games", '[{"id": "tictactoe_v1", "opponents": {"bot:nobody": 1}}]'], "nobody", "random"),
 ])
-def test_impossible_combinations_fail_before_the_first_step(tmp_path, overrides, named, expected):
+def test_impossible_combinations_fail_before_the_first_step(tmp_path, capsys, overrides, named, expected):
     if "textarena" in " ".join(overrides):
         pytest.importorskip("textarena")
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(SystemExit) as exit_info:
         _fit(tmp_path, *overrides)
-    assert named in str(err.value) and expected in str(err.value), str(err.value)
+    assert exit_info.value.code == 2  # a user's mistake: its line, no traceback (tests/test_bad_input.py)
+    err = capsys.readouterr().err
+    assert named in err and expected in err, err
     assert _nothing_trained(tmp_path)
 
 

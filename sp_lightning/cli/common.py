@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Callable
 from typing import NoReturn
 
-from sp_lightning.cli.fit import SelfPlayCLI
+from sp_lightning.cli.fit import PARSER_KWARGS, SelfPlayCLI
 
 
 class _ConfigCommand(SelfPlayCLI):
@@ -47,7 +47,7 @@ def parse_command(prog: str, description: str, add_flags: Callable | None, args:
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         cli = _ConfigCommand(add_flags, args=list(args), prepare=prepare, run=False, seed_everything_default=0,
                              save_config_callback=None,
-                             parser_kwargs={"prog": prog, "description": description, "allow_abbrev": False})
+                             parser_kwargs={**PARSER_KWARGS, "prog": prog, "description": description})
     return cli.config, cli.model, cli.datamodule
 
 

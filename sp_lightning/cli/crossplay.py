@@ -9,6 +9,7 @@ import os
 import tempfile
 
 from sp_lightning.cli.common import fail, parse_command
+from sp_lightning.errors import UserError
 
 PROG = "sp-lightning crossplay"
 
@@ -105,8 +106,12 @@ def league_players(league_dir: str, max_checkpoints: int, baselines: bool = True
 
     path = os.path.join(league_dir, "league.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"--league {league_dir}: no league.json there")
-    agents = LeagueRegistry(path).agents()
+        raise UserError(f"--league {league_dir}: no league.json there; expected a run's league directory "
+                        f"(its data.league.dir, e.g. runs/<run>/league)")
+    try:
+        agents = LeagueRegistry(path).agents()
+    except ValueError as error:  # not JSON, or not a league's
+        raise UserError(f"--league {league_dir}: {error}") from error
     players = {a.id: a.policy for a in agents if baselines and a.type == "baseline"}
     adapters = {}  # where each kept checkpoint's adapter is now (the league directory may have moved)
     for a in agents:

@@ -12,8 +12,10 @@ invalid-move rule, temperature), on the seeds given here.
 from __future__ import annotations
 
 import json
+import os
 
 from sp_lightning.cli.common import parse_command
+from sp_lightning.errors import UserError
 
 
 def add_flags(parser) -> None:
@@ -37,7 +39,9 @@ def add_flags(parser) -> None:
 
 def main(args: list[str]) -> dict:
     ours, module, datamodule = parse_command("sp-lightning evaluate", __doc__, add_flags, args)
+    check_flags(ours)
     engine = datamodule.build_engine(module)
+    check_players(ours, engine)
     engine.start()
     try:
         reports, rows, opponent = _evaluate_all(ours, module, datamodule)
@@ -49,6 +53,41 @@ def main(args: list[str]) -> dict:
         with open(ours.output, "w") as f:
             json.dump(out, f, indent=2)
     return out
+
+
+def check_flags(ours) -> None:
+    """Refuse, before the model is served, flags that cannot work (an evaluation can take
+    minutes: an --output directory that does not exist would otherwise fail at its end)."""
+    if ours.games_per_seat < 1:
+        raise UserError(f"--games_per_seat: expected >= 1, got {ours.games_per_seat}")
+    folder = os.path.dirname(os.path.abspath(ours.output)) if ours.output else None
+    if folder and not os.path.isdir(folder):
+        raise UserError(f"--output {ours.output}: directory {folder} does not exist; create it or write elsewhere")
+
+
+def check_players(ours, engine) -> None:
+    """Refuse an --opponent or --learner the run cannot seat: a bot it does not have, an adapter
+    directory that is not one, a learner the config does not name."""
+    from sp_lightning.checkpoints import check_adapter_dir
+    from sp_lightning.types import PolicyKind, parse_policy
+
+    names = [name for name in engine.learners.names if name]
+    if ours.opponent:
+        policy = parse_policy(ours.opponent, "--opponent")
+        if policy.kind is PolicyKind.LEARNER and policy.name and policy.name not in names:
+            raise UserError(f"--opponent {ours.opponent}: no such learner; expected one of "
+                            f"{', '.join('learner:' + name for name in names) or 'learner (the config has one)'}")
+        if policy.kind is PolicyKind.BOT and not engine.has_bot(policy.name):
+            raise UserError(f"--opponent {ours.opponent}: no such bot; expected one of "
+                            f"{', '.join('bot:' + name for name in engine.bot_names())}")
+        if policy.kind is PolicyKind.CHECKPOINT:
+            if not os.path.isdir(policy.name):
+                raise UserError(f"--opponent {ours.opponent}: no directory {policy.name!r}; expected "
+                                f"checkpoint:<peft adapter directory>")
+            check_adapter_dir(policy.name, "--opponent")
+    if ours.learner and ours.learner not in names:
+        have = f"model.learners names {', '.join(names)}" if names else "the config has one learner: drop --learner"
+        raise UserError(f"--learner {ours.learner}: no such learner; {have}")
 
 
 def _evaluate_all(ours, module, datamodule):

@@ -7,13 +7,21 @@ engine), ``trainer:`` Lightning's Trainer with this engine's defaults where it i
 
 from __future__ import annotations
 
+import argparse
 import warnings
 
 from lightning.pytorch.cli import LightningCLI
 
+from sp_lightning.checkpoints import unreadable
 from sp_lightning.data import SelfPlayDataModule
+from sp_lightning.errors import UserError, keyed_error, qualify
 from sp_lightning.module import SelfPlayModule
 from sp_lightning.trainer import finish_trainer, quiet_known_warnings, trainer_defaults, with_default_progress_bar
+
+
+PARSER_KWARGS = {"allow_abbrev": False, "exit_on_error": False}
+"""Every command's parser: a prefix of a flag is not the flag, and a parse error is raised
+(``argparse.ArgumentError``) for ``sp_lightning.cli.main`` to print as one line, not a usage dump."""
 
 
 class SelfPlayCLI(LightningCLI):
@@ -33,6 +41,30 @@ class SelfPlayCLI(LightningCLI):
         parser.link_arguments("data", "model.credit", compute_fn=lambda data: data.settings.credit,
                               apply_on="instantiate")
 
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads ``--ckpt_path``'s hyperparameters while parsing (the checkpoint's model
+        settings then win over the config's), with a bare ``torch.load``: a file that is not a
+        checkpoint is said to be one here, naming it, instead of torch's unpickling error."""
+        try:
+            super()._parse_ckpt_path()
+        except argparse.ArgumentError:
+            raise
+        except Exception as error:
+            raise unreadable(self.config[self.config.subcommand].get("ckpt_path"), "ckpt_path", error) from error
+
+    def instantiate_classes(self) -> None:
+        """The config's objects; a check that names a setting by its tail (``loss.aggregation``,
+        from a class used under several keys) is raised again as a :class:`UserError` naming the
+        config's full key (``model.loss.aggregation``)."""
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            keyed = keyed_error(error)
+            if keyed is None:
+                raise
+            config = self.config[self.subcommand] if self.subcommand else self.config
+            raise UserError(qualify(str(keyed), config.keys())) from error
+
     def instantiate_trainer(self, **kwargs):
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         return finish_trainer(super().instantiate_trainer(**with_default_progress_bar(config)))
@@ -43,7 +75,7 @@ def run(subcommand: str, args: list[str]) -> None:
     with warnings.catch_warnings():  # ``args`` are this command's share of the command line
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         SelfPlayCLI(args=[subcommand, *args], save_config_kwargs={"overwrite": True}, seed_everything_default=0,
-                    parser_kwargs={"prog": "sp-lightning", "allow_abbrev": False, subcommand: {"allow_abbrev": False}})
+                    parser_kwargs={**PARSER_KWARGS, "prog": "sp-lightning", subcommand: PARSER_KWARGS})
 
 
 def main(args: list[str]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from envs import play
 from sp_lightning.cli.common import fail, parse_command
+from sp_lightning.errors import UserError
 
 PROG = "sp-lightning play"
 from sp_lightning.play import HumanPlayer, PlayerQuit, announced, format_result, opponent_players, require_bot
@@ -42,7 +43,6 @@ def main(args: list[str], read: Callable[[str], str] = input,
     for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
         logging.getLogger(name).setLevel(logging.WARNING)
     ours, module, datamodule = parse_command(PROG, __doc__, add_flags, list(args), prepare=_game_without_config)
-    has_config = bool(ours.get("config"))
     spec = parse_policy(ours.opponent)
     try:
         require_bot(spec, "--opponent")
@@ -51,12 +51,12 @@ def main(args: list[str], read: Callable[[str], str] = input,
     engine = datamodule.build_engine(module)
     engine.start()
     try:
-        return _play_one_game(ours, module, datamodule, spec, has_config, read, write)
+        return _play_one_game(ours, module, datamodule, spec, read, write)
     finally:
         engine.close()
 
 
-def _play_one_game(ours, module, datamodule, spec, has_config: bool, read, write) -> dict[str, float] | None:
+def _play_one_game(ours, module, datamodule, spec, read, write) -> dict[str, float] | None:
     engine = datamodule.engine
     game = _pick_game(engine.games, ours.game)
     env = game.make_env()
@@ -67,11 +67,10 @@ def _play_one_game(ours, module, datamodule, spec, has_config: bool, read, write
     worker = None
     if spec.kind is not PolicyKind.BOT:
         if ours.checkpoint:
-            try:
+            try:  # a file that is not a checkpoint of this config: the message says which and why
                 module.load_policy_weights(ours.checkpoint)
-            except ValueError as exc:
-                hint = "" if has_config else "; pass the --config the checkpoint was trained with"
-                fail(PROG, f"{exc}{hint}")
+            except UserError as exc:
+                fail(PROG, str(exc))
             datamodule.send_weights(module)
         worker = engine.worker
     policies: dict[str, Any] = {human: HumanPlayer(read, write)}

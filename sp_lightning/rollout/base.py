@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sp_lightning.errors import UserError
 from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
 
 log = logging.getLogger(__name__)
@@ -212,8 +213,8 @@ def prompt_limit(context: int | None, sampling: SamplingSettings, max_prompt_tok
 def check_adapter_dir(name: str, path: str) -> None:
     """``register_adapter``'s check: ``path`` must be a peft adapter directory."""
     if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-        raise ValueError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
-                         f"(no adapter_config.json)")
+        raise UserError(f"checkpoint {name!r}: expected a peft adapter directory, got {path!r} "
+                        f"(no adapter_config.json)")
 
 
 def registered_path(adapter_paths: dict[str, str], name: str) -> str:

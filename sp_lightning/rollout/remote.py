@@ -24,6 +24,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from sp_lightning.errors import UserError
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings, refuse
 from sp_lightning.types import Completion, ModelRequest, PolicyKind
 
@@ -62,11 +63,11 @@ class RemoteModel:
 
     def __post_init__(self):
         if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"remote model {self.model!r}: base_url must start with http:// or https://, "
-                             f"got {self.base_url!r}")
+            raise UserError(f"remote model {self.model!r}: base_url must start with http:// or https://, "
+                            f"got {self.base_url!r}")
         if self.timeout <= 0 or self.max_retries < 0 or self.max_concurrency < 1:
-            raise ValueError(f"remote model {self.model!r}: expected timeout > 0, max_retries >= 0 and "
-                             f"max_concurrency >= 1, got {self.timeout}, {self.max_retries}, {self.max_concurrency}")
+            raise UserError(f"remote model {self.model!r}: expected timeout > 0, max_retries >= 0 and "
+                            f"max_concurrency >= 1, got {self.timeout}, {self.max_retries}, {self.max_concurrency}")
         self._client = None
         self._pool: ThreadPoolExecutor | None = None
 
