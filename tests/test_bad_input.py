@@ -101,6 +101,9 @@ CASES = [
     (_fit("--config", "{f}/bad.yaml"), ["--config {f}/bad.yaml: Problems parsing config"]),
     (_fit("--config", "{f}/bad_key.yaml"), ["--config {f}/bad_key.yaml: data.episodes_per_bach: no such key"]),
     (_fit("--ckpt_path", "{f}/missing.ckpt"), ["ckpt_path {f}/missing.ckpt: no such file"]),
+    (_fit("--ckpt_path", "{f}/kuhn/last.ckpt"),  # the config's model, not the checkpoint's, is the run's
+     ["ckpt_path {f}/kuhn/last.ckpt: the checkpoint was made with another config",
+      "model.policy.tiny.heads: 2 in the checkpoint, 4"]),
     (_fit("--ckpt_path", "{f}/corrupt.ckpt"), ["ckpt_path {f}/corrupt.ckpt: not a readable checkpoint"]),
     (["validate", *_fit("--ckpt_path", "{f}/corrupt.ckpt")[1:]],
      ["ckpt_path {f}/corrupt.ckpt: not a readable checkpoint"]),

@@ -150,9 +150,11 @@ def _metrics(tmp_path, newest: bool = False) -> list[dict]:
     return list(csv.DictReader(open(files[-1] if newest else files[0])))
 
 
-def test_a_game_without_a_best_response_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="best_response_every: the game 'liars_dice_v1'"):
+def test_a_game_without_a_best_response_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
         _fit(tmp_path, "liars_dice_league_tiny.yaml", 1)
+    assert refused.value.code == 2
+    assert "best_response_every: the game 'liars_dice_v1'" in capsys.readouterr().err
 
 
 def test_a_bot_that_joins_after_a_resume_continues_its_saved_stream():

@@ -7,12 +7,11 @@ engine), ``trainer:`` Lightning's Trainer with this engine's defaults where it i
 
 from __future__ import annotations
 
-import argparse
 import warnings
 
 from lightning.pytorch.cli import LightningCLI
 
-from sp_lightning.checkpoints import unreadable
+from sp_lightning.checkpoints import read_checkpoint
 from sp_lightning.data import SelfPlayDataModule
 from sp_lightning.errors import UserError, keyed_error, qualify
 from sp_lightning.module import SelfPlayModule
@@ -42,15 +41,17 @@ class SelfPlayCLI(LightningCLI):
                               apply_on="instantiate")
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning reads ``--ckpt_path``'s hyperparameters while parsing (the checkpoint's model
-        settings then win over the config's), with a bare ``torch.load``: a file that is not a
-        checkpoint is said to be one here, naming it, instead of torch's unpickling error."""
-        try:
-            super()._parse_ckpt_path()
-        except argparse.ArgumentError:
-            raise
-        except Exception as error:
-            raise unreadable(self.config[self.config.subcommand].get("ckpt_path"), "ckpt_path", error) from error
+        """LightningCLI would overwrite the config's ``model`` settings with those the checkpoint
+        saved, silently: a resume with a new learning rate would keep the old one, and a
+        checkpoint of another config would be loaded into the model it describes, not the one
+        the config asks for. Here the config is the run's: the checkpoint is only read, so that a
+        file that is not one is named (``ckpt_path ...: not a readable checkpoint``), and when it
+        is loaded into the module, one whose weights do not fit is refused naming the settings
+        that differ (``sp_lightning.checkpoints.check_fits``)."""
+        subcommand = self.config.get("subcommand")
+        path = self.config[subcommand].get("ckpt_path") if subcommand else None
+        if path:
+            read_checkpoint(path, "ckpt_path")
 
     def instantiate_classes(self) -> None:
         """The config's objects; a check that names a setting by its tail (``loss.aggregation``,
