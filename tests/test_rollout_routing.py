@@ -191,3 +191,26 @@ def test_the_merged_copy_refreshed_in_place_equals_a_fresh_merge(trainable_token
         for name, weight in fresh.items():
             torch.testing.assert_close(refreshed[name], weight, atol=1e-6, rtol=0, msg=name)
     assert copy_.builds == 1 and copy_.refreshes == 3
+
+
+def test_candidates_scored_on_shared_rows_are_each_candidates_own_forward(policy):
+    """``completion_logprobs`` scores a request's candidates that differ only in their last token
+    on one row; each value is still what one forward of prompt + that candidate gives (the sum of
+    its tokens' logprobs): one-token moves, several-token texts with a common first token, a
+    repeated and an empty candidate."""
+    model, tok = policy
+    worker = HFRolloutWorker(model, tok, merge_learner=False)
+    candidates = ["[4]", "[0]", "[4] [8]", "[4] [0]", "[8]", "[4]", ""]
+    lengths = {len(tok.encode(t, add_special_tokens=False)) for t in candidates}
+    assert {0, 1} <= lengths and max(lengths) > 1
+    request = ModelRequest("player_0", PROMPT, LEARNER)
+    (got,) = worker.completion_logprobs([request], [candidates])
+    prompt = worker.encode_prompts([PROMPT])[0]
+    want = []
+    with torch.no_grad():
+        for text in candidates:
+            ids = tok.encode(text, add_special_tokens=False)
+            logprobs = torch.log_softmax(worker.model(input_ids=torch.tensor([prompt + ids])).logits[0].float(), -1)
+            want.append(sum((float(logprobs[len(prompt) - 1 + k, token]) for k, token in enumerate(ids)), 0.0))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert got[0] == got[5] and got[6] == 0.0

@@ -348,36 +348,50 @@ class HFRolloutWorker(RolloutWorker):
         """For each request, the log-probability that the policy's answer starts with each
         candidate text (the sum of the logprobs of its tokens after the prompt, at temperature
         1, no end-of-turn token). With one-token moves this is exactly the probability of
-        sampling that move; exploitability reads a policy's strategy through it."""
-        out: list[list[float] | None] = [None] * len(requests)
-        rows, owners = [], []
+        sampling that move; exploitability reads a policy's strategy through it.
+
+        Candidates of one request that differ only in their last token share one scored row
+        (the prompt and their common first tokens): a causal model's logits at a position do
+        not depend on what follows, so one forward gives every one-token move of a board
+        (Tic-Tac-Toe's exploitability scores 4,520 boards, not one row per legal move)."""
+        out = [[0.0] * len(texts) for texts in completions]  # an empty candidate: log 1
+        rows, owners = [], []  # (prompt, body, {last token: [candidate indices]}), request index
         prompts = self.encode_prompts([r.messages for r in requests])
         for i, prompt in enumerate(prompts):
-            for text in completions[i]:
-                rows.append((prompt, self.tokenizer.encode(text, add_special_tokens=False)))
+            shared: dict[tuple[int, ...], dict[int, list[int]]] = {}
+            for k, text in enumerate(completions[i]):
+                ids = self.tokenizer.encode(text, add_special_tokens=False)
+                if ids:
+                    shared.setdefault(tuple(ids[:-1]), {}).setdefault(ids[-1], []).append(k)
+            for body, finals in shared.items():
+                rows.append((prompt, list(body), finals))
                 owners.append(i)
-            out[i] = []
         for call in self._calls([requests[i].policy for i in owners]):
             chunk = [rows[j] for j in call]
-            for j, value in zip(call, self._score(chunk, [requests[owners[j]].policy for j in call])):
-                out[owners[j]].append(value)  # type: ignore[union-attr]
-        return out  # type: ignore[return-value]
+            for j, values in zip(call, self._score(chunk, [requests[owners[j]].policy for j in call])):
+                for k, value in values.items():
+                    out[owners[j]][k] = value
+        return out
 
-    def _score(self, rows: list[tuple[list[int], list[int]]], policies: list[PolicyRef]) -> list[float]:
-        input_ids, attention_mask = left_pad([p + c for p, c in rows], self.tokenizer.pad_token_id)
+    def _score(self, rows: list[tuple[list[int], list[int], dict[int, list[int]]]],
+               policies: list[PolicyRef]) -> list[dict[int, float]]:
+        """Each row ``(prompt, body, finals)`` in one forward of ``prompt + body``: for each final
+        token, ``{candidate index: logprob of body + final after the prompt}``."""
+        input_ids, attention_mask = left_pad([p + b for p, b, _ in rows], self.tokenizer.pad_token_id)
         device = next(self.model.parameters()).device
-        window = max(len(c) for _, c in rows)  # only the columns that predict completion tokens
+        window = max(len(b) for _, b, _ in rows) + 1  # only the columns that predict body or final tokens
         with self.serving_rows(policies) as routing:
             logits = self.model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
                                 position_ids=(attention_mask.cumsum(-1) - 1).clamp(min=0).to(device),
-                                logits_to_keep=window + 1, **routing).logits
-        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1).cpu()  # (B, window, V)
+                                logits_to_keep=window, **routing).logits
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()  # (B, window, V)
         values = []
-        for row, (_, completion) in enumerate(rows):
-            k = len(completion)
-            targets = torch.tensor(completion)  # (k,)
-            predicted = logprobs[row, window - k :]  # (k, V) the columns before each target
-            values.append(float(predicted.gather(-1, targets.unsqueeze(-1)).sum()))
+        for row, (_, body, finals) in enumerate(rows):
+            k = len(body)
+            predicted = logprobs[row, window - 1 - k : window - 1]  # (k, V) the columns before each body token
+            prefix = float(predicted.gather(-1, torch.tensor(body, dtype=torch.long).unsqueeze(-1)).sum())
+            last = logprobs[row, window - 1]  # (V,) after the whole body
+            values.append({index: prefix + float(last[token]) for token, indices in finals.items() for index in indices})
         return values
 
     @torch.no_grad()
