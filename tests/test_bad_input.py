@@ -11,7 +11,6 @@ keep an accidental run to one step of two games). The one real checkpoint, a one
 Kuhn Poker config, is made once for the module."""
 
 import os
-import shutil
 import subprocess
 import sys
 
@@ -208,10 +207,12 @@ def test_a_bug_of_ours_keeps_its_traceback(monkeypatch):
 
 
 def test_the_installed_command_prints_only_the_line(files):
-    """Through the installed ``sp-lightning`` in a process of its own: exit status 2 and the
-    error's lines alone on stderr (no traceback, no warning), however the interpreter ends."""
-    command = shutil.which("sp-lightning")
-    argv = [command] if command else [sys.executable, "-m", "sp_lightning.cli"]
+    """Through the installed ``sp-lightning`` (the console script the README's install puts
+    beside the interpreter) in a process of its own: exit status 2 and the error's lines alone on
+    stderr (no traceback, no warning), however the interpreter ends."""
+    command = os.path.join(os.path.dirname(sys.executable), "sp-lightning")
+    assert os.path.isfile(command), "pip install -e . installs the sp-lightning command"
+    argv = [command]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     env.pop("SP_LIGHTNING_DEBUG", None)
     done = subprocess.run([*argv, "fit", "--config", TTT, "--model.micro_batch_size", "0"], cwd=str(files),

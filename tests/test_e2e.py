@@ -1,8 +1,6 @@
 """End to end on the tiny model: `sp-lightning fit` for a few steps, checkpoints, resume, evaluate."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -105,16 +103,6 @@ def test_validate_plays_every_game_with_the_checkpoint_weights(tmp_path, monkeyp
     monkeypatch.setattr(Engine, "validate", recording_validate)
     main(["validate", *_args("tictactoe_tiny.yaml", tmp_path, 2), "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")])
     assert seen and all(abs(b - saved_b) < 1e-4 * saved_b for b in seen), (seen, saved_b)
-
-
-@pytest.mark.slow
-def test_console_script_reports_a_bad_config_key(tmp_path):
-    """The installed command rejects an unknown key and names it."""
-    exe = os.path.join(os.path.dirname(sys.executable), "sp-lightning")
-    proc = subprocess.run([exe, "fit", *_args("tictactoe_tiny.yaml", tmp_path, 1), "--data.episodes_per_bach", "3"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode != 0
-    assert "episodes_per_bach" in proc.stderr
 
 
 @pytest.mark.slow

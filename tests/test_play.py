@@ -1,7 +1,6 @@
 """``sp-lightning play``: a person against a bot or a model, through piped input and in-process."""
 
-import subprocess
-import sys
+import io
 
 import pytest
 
@@ -21,22 +20,21 @@ class ScriptedPerson:
         return self.lines.pop(0)
 
 
-@pytest.mark.slow
-def test_a_full_game_against_a_bot_through_piped_input():
+def test_a_full_game_against_a_bot_through_piped_input(monkeypatch, capsys):
+    """``sp-lightning play`` reading its moves from a pipe (stdin not a terminal: ``input``
+    reads lines until they run out), in this process."""
+    from sp_lightning.cli import main
+
     # every cell in turn: the taken ones are refused and asked again, so the game always ends
-    moves = "".join(f"{cell}\n" for cell in (4, 0, 8, 2, 6, 1, 3, 5, 7))
-    out = subprocess.run(
-        [sys.executable, "-m", "sp_lightning.cli", "play", "--game", "tictactoe_v1", "--opponent", "bot:random",
-         "--seed", "4"],
-        input=moves, capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    text = out.stdout
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"{cell}\n" for cell in (4, 0, 8, 2, 6, 1, 3, 5, 7))))
+    main(["play", "--game", "tictactoe_v1", "--opponent", "bot:random", "--seed", "4"])
+    out = capsys.readouterr()
+    text = out.out
     assert "you are player_0 (seat 0) against bot:random. Type a move, e.g. [0] (or 0)" in text
     assert "player_1 plays [" in text  # the bot's moves are announced: a board does not say which cell is new
     assert "is not a legal move" in text  # the bot took a cell the script asked for
     assert "Game over: you" in text and "Result: player_0" in text
-    assert "GPU available" not in out.stdout + out.stderr
+    assert "GPU available" not in out.out + out.err
 
 
 def test_kuhn_against_the_untrained_model_shows_only_your_own_card():
