@@ -21,6 +21,7 @@ from .bargaining import BargainingEnv
 from .base import GameInfo, TextGameEnv, parse_move
 from .bots import BOTS, ChaosBot, RandomBot, make_bots
 from .connect_four import ConnectFourEnv
+from .diplomacy import DiplomacyEnv
 from .kuhn_poker import KuhnPokerEnv
 from .kuhn_poker_3p import KuhnPoker3Env
 from .liars_dice import LiarsDiceEnv
@@ -30,7 +31,7 @@ from .tictactoe import TicTacToeEnv
 GAMES: dict[str, type[TextGameEnv]] = {
     cls.game_info.name: cls
     for cls in (TicTacToeEnv, KuhnPokerEnv, ConnectFourEnv, LiarsDiceEnv, KuhnPoker3Env, SimpleNegotiationEnv,
-                BargainingEnv)
+                BargainingEnv, DiplomacyEnv)
 }
 
 ADAPTERS = {"textarena": "TextArenaEnv", "pettingzoo": "ClassicTextEnv"}
@@ -106,6 +107,7 @@ __all__ = [
     "GAMES",
     "ChaosBot",
     "ConnectFourEnv",
+    "DiplomacyEnv",
     "GameInfo",
     "KuhnPoker3Env",
     "KuhnPokerEnv",

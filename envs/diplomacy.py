@@ -1,0 +1,305 @@
+"""Diplomacy (seven powers on the standard map) on the text-game contract, over the ``diplomacy``
+package (the DATC-compliant adjudicator behind DipNet): ``pip install diplomacy``.
+
+Seats are the powers in alphabetical order (``player_0`` is AUSTRIA .. ``player_6`` TURKEY).
+Orders are simultaneous in the game, sequential here: the env asks for them one decision at a
+time and hands a phase's orders to the adjudicator once every power has given its own, so no
+power ever sees another's orders of the phase before it is processed.
+
+``orders="unit"`` (the only mode so far: one call per power, an order per line, is to come)
+asks one decision per unit: the view lists the unit's legal orders, numbered
+``[1] A PAR H  [2] A PAR - BUR ...`` (the hold, the retreat's disband or the build's waive
+first, the rest sorted), and the answer is a number or the order itself in brackets (``[2]`` or
+``[a par - bur]``). The power's earlier choices of the phase are in its view.
+Retreats and adjustments are decisions too: a power with builds chooses them one at a time
+(``WAIVE`` ends its builds), one with too many units chooses which to disband.
+
+An invalid answer, by default, orders the decision's first option (a hold, a disband or a waive)
+and is counted (``invalid_move="hold"``, as Diplomacy's adjudicators treat an illegal order);
+the contract's ``forfeit`` / ``retry`` / ``random`` can be asked for instead.
+
+The game ends with a solo victory or after ``max_years`` game years (the last year's winter
+adjustments included). Each power's reward is its share of the supply centres
+(``centres / 34``), plus ``win_bonus`` for the power that leads alone with at least
+``win_centres`` centres (leaders tied at the top share it). The sum-of-squares score
+(``centres^2 / sum of centres^2``) is reported beside it in ``final_scores``.
+
+A snapshot copies the game through the package's ``to_dict``/``from_dict`` (5 ms after five
+game years; a ``deepcopy`` of the same game costs about 0.5 s).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+from typing import Any
+
+from .base import INVALID_MOVE_POLICIES, GameInfo, TextGameEnv
+
+logger = logging.getLogger(__name__)
+
+POWERS = ("AUSTRIA", "ENGLAND", "FRANCE", "GERMANY", "ITALY", "RUSSIA", "TURKEY")
+CENTRES = 34
+"""Supply centres on the standard map."""
+MAX_OPTIONS = 160
+"""More legal orders than one unit ever has on the standard map (61 at most in random play)."""
+MOVES = tuple(f"[{i}]" for i in range(1, MAX_OPTIONS + 1))
+DECISIONS_PER_YEAR = 5 * 34
+"""At most two movement phases, two retreat phases and one adjustment phase of 34 units each."""
+PHASE_KINDS = {"M": "movement", "R": "retreats", "A": "adjustments"}
+SEASONS = {"S": "spring", "F": "fall", "W": "winter"}
+
+
+def _game_class():
+    try:
+        from diplomacy import Game
+    except ImportError as error:  # an optional dependency
+        raise ImportError("diplomacy_v1 needs the diplomacy package: pip install diplomacy") from error
+    return Game
+
+
+@dataclasses.dataclass
+class Decision:
+    """One order to give: which power, for which unit (or build slot), among which orders."""
+
+    power: str
+    subject: str
+    """What is ordered: ``A PAR``; ``build 1 of 2``; ``disband 1 of 1``."""
+    options: list[str]
+
+
+def _first_is_default(orders: list[str]) -> list[str]:
+    """Hold, disband or waive first (what an invalid answer orders), the rest sorted."""
+    default = [o for o in orders if o == "WAIVE" or o.endswith((" H", " D"))]
+    return sorted(default) + sorted(o for o in orders if o not in default)
+
+
+class DiplomacyRules:
+    """A game of Diplomacy asked one decision at a time; the adjudicator resolves each phase."""
+
+    def __init__(self, max_years: int, win_centres: int, win_bonus: float) -> None:
+        self.game = _game_class()(map_name="standard", rules=["NO_PRESS", "IGNORE_ERRORS", "POWER_CHOICE"])
+        self.max_years, self.win_centres, self.win_bonus = max_years, win_centres, win_bonus
+        self.last_year = self.year + max_years - 1
+        self.chosen: dict[str, list[str]] = {p: [] for p in POWERS}
+        self.pending: list[Decision] = []
+        self._start_phase()
+
+    def __deepcopy__(self, memo: dict) -> DiplomacyRules:
+        """The game through ``to_dict``/``from_dict`` (a deepcopy of it costs a hundred times more)."""
+        twin = object.__new__(DiplomacyRules)
+        for key, value in self.__dict__.items():
+            twin.__dict__[key] = copy.deepcopy(value, memo) if key != "game" else type(value).from_dict(value.to_dict())
+        return twin
+
+    # ---- the game as the contract reads it -------------------------------------------------
+    @property
+    def year(self) -> int:
+        return int(self.game.get_current_phase()[1:5])
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.game.is_game_done or self.year > self.last_year
+
+    @property
+    def current_player(self) -> int:
+        return POWERS.index(self.pending[0].power)
+
+    def legal_moves(self) -> list[str]:
+        return list(MOVES[: len(self.pending[0].options)]) if self.pending and not self.is_terminal else []
+
+    def order_of(self, move: str | None) -> str | None:
+        """The order a parsed answer names: ``[2]`` or ``[a par - bur]``; None if neither."""
+        if move is None or not self.pending:
+            return None
+        options = self.pending[0].options
+        inner = move[1:-1]
+        if inner.isdigit() and 1 <= int(inner) <= len(options):
+            return options[int(inner) - 1]
+        return next((o for o in options if o.lower() == inner), None)
+
+    def apply(self, move: str) -> None:
+        order = self.order_of(move)
+        if order is None:
+            raise ValueError(f"{move!r} is not one of the {len(self.pending[0].options)} orders offered")
+        decision = self.pending.pop(0)
+        self.chosen[decision.power].append(order)
+        self._after_adjustment(decision, order)
+        if not self.pending:
+            self._process()
+
+    def centres(self) -> dict[str, int]:
+        return {p: len(self.game.get_centers(p)) for p in POWERS}
+
+    def scores(self) -> dict[str, dict[str, float]]:
+        """Each power's centre share plus its part of the win bonus, and the sum-of-squares score."""
+        centres = self.centres()
+        top = max(centres.values())
+        leaders = [p for p in POWERS if centres[p] == top and top >= self.win_centres]
+        squares = sum(c * c for c in centres.values()) or 1
+        return {"reward": {p: centres[p] / CENTRES + (self.win_bonus / len(leaders) if p in leaders else 0.0)
+                           for p in POWERS},
+                "sum_of_squares": {p: centres[p] ** 2 / squares for p in POWERS},
+                "centres": {p: float(centres[p]) for p in POWERS}}
+
+    def returns(self) -> list[float]:
+        reward = self.scores()["reward"]
+        return [reward[p] for p in POWERS]
+
+    # ---- phases ------------------------------------------------------------------------------
+    def _start_phase(self) -> None:
+        """The decisions of the phase now due; a phase that asks nothing is processed at once."""
+        while not self.is_terminal:
+            self.chosen = {p: [] for p in POWERS}
+            self.pending = [d for p in POWERS for d in self._decisions(p)]
+            if self.pending:
+                return
+            self.game.process()
+        self.pending = []
+
+    def _decisions(self, power: str) -> list[Decision]:
+        possible = self.game.get_all_possible_orders()
+        locations = [loc for loc in self.game.get_orderable_locations(power) if possible.get(loc)]
+        if self.game.phase_type != "A":
+            units = {unit.split()[1][:3]: unit for unit in self._units_to_order(power)}
+            return [Decision(power, units.get(loc[:3], loc), _first_is_default(possible[loc])) for loc in locations]
+        owed = len(self.game.get_centers(power)) - len(self.game.get_units(power))
+        if owed > 0:  # builds: one decision per build, among every site's builds and the waive
+            orders = sorted({o for loc in locations for o in possible[loc]} | {"WAIVE"})
+            return [Decision(power, f"build {i + 1} of {owed}", _first_is_default(orders)) for i in range(owed)]
+        if owed < 0:  # disbands: one decision per unit to remove, among every unit's disband
+            orders = sorted({o for loc in locations for o in possible[loc] if o.endswith(" D")})
+            return [Decision(power, f"disband {i + 1} of {-owed}", orders) for i in range(-owed)]
+        return []
+
+    def _units_to_order(self, power: str) -> list[str]:
+        if self.game.phase_type == "R":
+            return [unit.lstrip("*") for unit in self.game.get_power(power).retreats]
+        return list(self.game.get_units(power))
+
+    def _after_adjustment(self, decision: Decision, order: str) -> None:
+        """A build or disband chosen takes its site or unit off the power's later choices; a
+        waive ends the power's builds."""
+        if self.game.phase_type != "A":
+            return
+        later = [d for d in self.pending if d.power == decision.power]
+        if order == "WAIVE":
+            self.pending = [d for d in self.pending if d not in later]
+            return
+        place = order.split()[1][:3]
+        for d in later:
+            d.options = [o for o in d.options if o == "WAIVE" or o.split()[1][:3] != place]
+
+    def _process(self) -> None:
+        for power in POWERS:
+            orders = [o for o in self.chosen[power] if o != "WAIVE"]
+            if orders or self.game.phase_type == "A":
+                self.game.set_orders(power, orders)
+        self.game.process()
+        self._start_phase()
+
+    # ---- what a power sees ---------------------------------------------------------------------
+    def view(self, power: str) -> str:
+        phase = self.game.get_current_phase()
+        lines = [f"Diplomacy, standard map, {self.max_years} year(s) from 1901: the game ends after "
+                 f"{self.last_year} (or when a power holds 18 centres). You are {power}."]
+        if not self.is_terminal:
+            lines.append(f"Phase {phase}: {SEASONS[phase[0]]} {phase[1:5]}, {PHASE_KINDS[phase[-1]]}.")
+        lines.append("Supply centres: " + "; ".join(
+            f"{p} {len(self.game.get_centers(p))} ({' '.join(sorted(self.game.get_centers(p)))})" for p in POWERS))
+        lines.append("Units: " + "; ".join(f"{p}: {', '.join(sorted(self.game.get_units(p))) or '-'}" for p in POWERS))
+        lines.extend(self._last_phase())
+        if self.is_terminal:
+            scores = self.scores()
+            lines.append(f"Final: you hold {int(scores['centres'][power])} supply centre(s); sum-of-squares score "
+                         f"{scores['sum_of_squares'][power]:.3f}.")
+        elif self.chosen.get(power):
+            lines.append("Your orders so far this phase: " + ", ".join(self.chosen[power]))
+        if self.pending and self.pending[0].power == power and not self.is_terminal:
+            decision = self.pending[0]
+            listed = "  ".join(f"[{i}] {o}" for i, o in enumerate(decision.options, 1))
+            lines.append(f"Order for {decision.subject}: {listed}")
+        return "\n".join(lines)
+
+    def _last_phase(self) -> list[str]:
+        history = self.game.get_phase_history()
+        if not history:
+            return []
+        last = history[-1]
+        results = {unit: ",".join(str(r) for r in found if str(r)) for unit, found in last.results.items()}
+        results = {unit: text for unit, text in results.items() if text}
+        orders = []
+        for power in POWERS:
+            given = last.orders.get(power) or []
+            shown = [f"{o} ({results[' '.join(o.split()[:2])]})" if " ".join(o.split()[:2]) in results else o
+                     for o in given]
+            orders.append(f"{power}: {', '.join(shown) or '-'}")
+        return [f"Last phase {last.name}: " + "; ".join(orders)]
+
+
+class DiplomacyEnv(TextGameEnv):
+    """Seven-power Diplomacy; see the module docstring."""
+
+    game_info = GameInfo(
+        name="diplomacy_v1",
+        num_players=len(POWERS),
+        zero_sum=False,
+        reward_range=(0.0, 2.0),
+        max_turns=2 * DECISIONS_PER_YEAR,
+        moves=MOVES,
+    )
+    observation_max_length = 8192
+
+    def __init__(self, render_mode: str | None = None, invalid_move: str = "hold", invalid_move_reward: float = -1.0,
+                 max_retries: int = 2, *, max_years: int = 2, win_centres: int = 18, win_bonus: float = 1.0,
+                 orders: str = "unit", list_legal_moves: bool = True) -> None:
+        if invalid_move not in ("hold", *INVALID_MOVE_POLICIES):
+            raise ValueError(f"invalid_move: expected one of {('hold', *INVALID_MOVE_POLICIES)}, got {invalid_move!r}")
+        if orders != "unit":
+            raise ValueError(f"orders: expected 'unit' (one decision per unit), got {orders!r}")
+        if isinstance(max_years, bool) or not isinstance(max_years, int) or max_years < 1:
+            raise ValueError(f"max_years: expected an int >= 1, got {max_years!r}")
+        if isinstance(win_centres, bool) or not isinstance(win_centres, int) or not 1 <= win_centres <= CENTRES:
+            raise ValueError(f"win_centres: expected an int in [1, {CENTRES}], got {win_centres!r}")
+        if not isinstance(win_bonus, (int, float)) or isinstance(win_bonus, bool) or win_bonus < 0:
+            raise ValueError(f"win_bonus: expected a number >= 0, got {win_bonus!r}")
+        _game_class()  # the package is there, or the error says how to get it
+        self.game_info = dataclasses.replace(type(self).game_info, max_turns=max_years * DECISIONS_PER_YEAR,
+                                             reward_range=(0.0, 1.0 + float(win_bonus)))
+        hold = invalid_move == "hold"
+        super().__init__(render_mode, "forfeit" if hold else invalid_move, invalid_move_reward, max_retries,
+                         list_legal_moves=list_legal_moves)
+        self.invalid_move = invalid_move
+        self.max_years, self.win_centres, self.win_bonus = max_years, win_centres, float(win_bonus)
+        self.final_scores: dict[str, dict[str, float]] = {}
+
+    def _new_game(self) -> DiplomacyRules:
+        self.final_scores = {}
+        return DiplomacyRules(self.max_years, self.win_centres, self.win_bonus)  # the game has no chance
+
+    def is_legal(self, move: str | None, legal: list[str]) -> bool:
+        return self.game.order_of(move) is not None
+
+    def _on_invalid(self, agent: str, action: Any, move: str | None, legal: list[str]) -> str | None:
+        if self.invalid_move != "hold":
+            return super()._on_invalid(agent, action, move, legal)
+        self.invalid_moves[agent] += 1
+        logger.debug("diplomacy_v1: invalid order by %s (parsed %r); it holds", agent, move)
+        return legal[0]  # the decision's first option: a hold, a disband or a waive
+
+    def step(self, action: Any) -> None:
+        super().step(action)
+        if self.game.is_terminal and not self.final_scores and self.forfeited_by is None:
+            self.final_scores = self.game.scores()
+
+    def _view(self, seat: int) -> str:
+        return self.game.view(POWERS[seat])
+
+    def _render_text(self) -> str:
+        centres, pending = self.game.centres(), self.game.pending
+        text = f"{self.game.game.get_current_phase()}: " + ", ".join(f"{p} {centres[p]}" for p in POWERS)
+        return text + (f"; to order: {pending[0].power} {pending[0].subject}" if pending else "")
+
+
+__all__ = ["DiplomacyEnv", "DiplomacyRules", "POWERS"]

@@ -1,0 +1,156 @@
+"""Diplomacy on the text-game contract (``envs/diplomacy.py``): PettingZoo's API test, the
+adjudicator's phases asked one unit at a time, each power's own view, invalid orders as holds,
+scores with the win bonus, cheap snapshots."""
+
+import pytest
+
+pytest.importorskip("diplomacy")
+
+from pettingzoo.test import api_test  # noqa: E402
+
+from envs import RandomBot  # noqa: E402
+from envs.diplomacy import CENTRES, POWERS, DiplomacyEnv, DiplomacyRules  # noqa: E402
+
+
+def _play(env, seed, bots=None, until=None):
+    """Random orders from ``reset(seed=seed)`` to the end (or until ``until(env)``); returns
+    every phase the adjudicator was asked to order, in turn."""
+    env.reset(seed=seed)
+    bots = bots or {a: RandomBot(seed * 10 + i) for i, a in enumerate(env.possible_agents)}
+    phases = []
+    for agent in env.agent_iter():
+        observation, _, terminated, truncated, info = env.last()
+        if terminated or truncated:
+            env.step(None)
+            continue
+        if until is not None and until(env):
+            return phases
+        phase = env.game.game.get_current_phase()
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+        env.step(bots[agent].act(observation["text"], info["legal_actions"]))
+    return phases
+
+
+def test_the_pettingzoo_api_test_passes():
+    api_test(DiplomacyEnv(max_years=1), num_cycles=60)
+
+
+def test_seven_powers_play_movement_retreats_and_adjustments_to_the_year_cap():
+    env = DiplomacyEnv(max_years=3)
+    seen = set()
+    for seed in range(4):
+        phases = _play(env, seed)
+        seen |= {phase[-1] for phase in phases}
+        assert phases[0] == "S1901M" and phases[-1].startswith(("F1903", "W1903"))
+        assert env.game.is_terminal and env.game.game.get_current_phase() == "S1904M"
+        assert sum(env.final_scores["centres"].values()) <= CENTRES
+        rewards = env.final_scores["reward"]
+        assert env.final_rewards == {a: pytest.approx(rewards[p]) for a, p in zip(env.possible_agents, POWERS)}
+    assert seen == {"M", "R", "A"}
+
+
+def test_adjustments_leave_no_power_with_more_units_than_centres():
+    env = DiplomacyEnv(max_years=4)
+    for seed in range(3):
+        env.reset(seed=seed)
+        bots = {a: RandomBot(seed * 10 + i) for i, a in enumerate(env.possible_agents)}
+        last_phase = None
+        for agent in env.agent_iter():
+            observation, _, terminated, _, info = env.last()
+            game = env.game.game
+            if game.get_current_phase() != last_phase and game.get_current_phase().startswith("S"):
+                for power in POWERS:  # a new year: the winter's builds and disbands are done
+                    assert len(game.get_units(power)) <= max(len(game.get_centers(power)), 0)
+            last_phase = game.get_current_phase()
+            env.step(None if terminated else bots[agent].act(observation["text"], info["legal_actions"]))
+
+
+def test_a_power_sees_its_own_orders_of_the_phase_and_no_one_elses():
+    env = DiplomacyEnv()
+    env.reset(seed=0)
+    austria = env.agent_selection
+    first = env.observe(austria)["text"]
+    assert "You are AUSTRIA" in first and "Order for A BUD: [1] A BUD H  [2] A BUD - GAL" in first
+    assert first.endswith("Legal moves: " + " ".join(f"[{i}]" for i in range(1, 14)))
+    env.step("[2]")  # A BUD - GAL
+    assert "Order for F TRI: [1] F TRI H" in env.observe(austria)["text"]
+    env.step("[F Tri - Alb]")  # an order named in full is taken too
+    mine = env.observe(austria)["text"]
+    assert "Your orders so far this phase: A BUD - GAL, F TRI - ALB" in mine
+    while env.agent_selection == austria:
+        env.step("[1]")
+    england = env.observe(env.agent_selection)["text"]
+    assert "You are ENGLAND" in england and "GAL" not in england.split("Units:")[1].split("Order for")[0]
+    assert "Waiting for player" in env.observe("player_2")["text"]
+
+
+def test_an_invalid_order_holds_and_is_counted():
+    env = DiplomacyEnv()
+    env.reset(seed=0)
+    agent = env.agent_selection
+    env.step("I move to Galicia")  # no bracket token
+    env.step("[99]")  # no such option
+    assert env.invalid_moves[agent] == 2 and env.infos[agent]["invalid_move"]
+    assert env.game.chosen["AUSTRIA"] == ["A BUD H", "F TRI H"]
+    assert not env.terminations[agent]
+
+
+def test_forfeit_can_be_asked_for():
+    env = DiplomacyEnv(invalid_move="forfeit")
+    env.reset(seed=0)
+    env.step("nonsense")
+    assert all(env.terminations.values()) and env.final_rewards["player_0"] == -1.0
+
+
+def test_scores_give_the_bonus_to_a_sole_leader_and_share_it_between_tied_leaders():
+    rules = DiplomacyRules(max_years=1, win_centres=5, win_bonus=1.0)
+    game = rules.game
+    game.set_centers("FRANCE", ["BRE", "MAR", "PAR", "SPA", "POR", "BEL"])
+    scores = rules.scores()
+    assert scores["reward"]["FRANCE"] == pytest.approx(6 / CENTRES + 1.0)
+    assert scores["reward"]["RUSSIA"] == pytest.approx(4 / CENTRES)
+    squares = 6 * 6 + 4 * 4 + 5 * 9
+    assert scores["sum_of_squares"]["FRANCE"] == pytest.approx(36 / squares)
+    assert sum(scores["sum_of_squares"].values()) == pytest.approx(1.0)
+    game.set_centers("GERMANY", ["BER", "KIE", "MUN", "HOL", "DEN", "SWE"])
+    scores = rules.scores()  # two leaders at 6: the bonus is shared
+    assert scores["reward"]["FRANCE"] == pytest.approx(6 / CENTRES + 0.5) == scores["reward"]["GERMANY"]
+    rules.win_centres = 7
+    assert rules.scores()["reward"]["FRANCE"] == pytest.approx(6 / CENTRES)  # under the threshold: no bonus
+
+
+def test_a_snapshot_plays_on_without_touching_the_original():
+    env = DiplomacyEnv(max_years=2)
+    _play(env, 3, until=lambda e: e.game.game.get_current_phase() == "F1901M" and len(e.game.pending) < 10)
+    phase, pending = env.game.game.get_current_phase(), [d.subject for d in env.game.pending]
+    before = {a: env.observe(a)["text"] for a in env.possible_agents}
+    twin = env.snapshot(seed=7)
+    assert twin.game.game is not env.game.game
+    bots = {a: RandomBot(i) for i, a in enumerate(env.possible_agents)}
+    for agent in twin.agent_iter():
+        observation, _, terminated, _, info = twin.last()
+        twin.step(None if terminated else bots[agent].act(observation["text"], info["legal_actions"]))
+    assert twin.game.is_terminal
+    assert env.game.game.get_current_phase() == phase and [d.subject for d in env.game.pending] == pending
+    assert {a: env.observe(a)["text"] for a in env.possible_agents} == before
+
+
+def test_the_same_seed_and_bots_give_the_same_game():
+    first, second = DiplomacyEnv(max_years=2), DiplomacyEnv(max_years=2)
+    _play(first, 5)
+    _play(second, 5)
+    assert first.final_scores == second.final_scores
+    assert first.observe("player_3")["text"] == second.observe("player_3")["text"]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_years": 0}, "max_years: expected an int >= 1"),
+    ({"win_centres": 40}, r"win_centres: expected an int in \[1, 34\]"),
+    ({"win_bonus": -1}, "win_bonus: expected a number >= 0"),
+    ({"orders": "power"}, "orders: expected 'unit'"),
+    ({"invalid_move": "skip"}, "invalid_move: expected one of"),
+])
+def test_bad_settings_name_the_key(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        DiplomacyEnv(**kwargs)
