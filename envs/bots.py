@@ -11,6 +11,7 @@ import string
 import numpy as np
 
 from .bargaining import BargainerBot  # game-specific bots live with their game
+from .diplomacy import PlannerBot
 from .tictactoe import PerfectBot, TacticalBot
 
 _PRINTABLE = string.printable
@@ -77,7 +78,7 @@ class ChaosBot:
 
 
 BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot, "tictactoe_perfect": PerfectBot,
-        "bargainer": BargainerBot}
+        "bargainer": BargainerBot, "diplomacy_planner": PlannerBot}
 """``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
 play only that game."""
 

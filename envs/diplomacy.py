@@ -302,4 +302,91 @@ class DiplomacyEnv(TextGameEnv):
         return text + (f"; to order: {pending[0].power} {pending[0].subject}" if pending else "")
 
 
-__all__ = ["DiplomacyEnv", "DiplomacyRules", "POWERS"]
+class PlannerBot:
+    """A yardstick better than random for ``diplomacy_v1``: each unit heads for the nearest supply
+    centre its power does not own and holds what it has. It reads its power, the centres and the
+    offered orders from its observation and ranks the orders:
+
+    - a unit standing on a centre its power does not own holds (it takes the centre in the fall);
+    - else a move (or retreat) into such a centre, a neutral one first;
+    - else the move that brings it nearest to one (steps on the map, for its unit type);
+    - else it holds; supports and convoys are never chosen.
+
+    Builds are taken (armies before fleets), never waived; a disband removes the unit farthest
+    from any centre to take. Ties are broken by the seeded random stream. Registered as
+    ``bot:diplomacy_planner``; on another game's observation it raises ValueError."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        import numpy as np
+
+        self.rng = np.random.default_rng(seed)
+        self._map = None
+
+    def act(self, observation: str, legal_actions: list[str]) -> str:
+        if not legal_actions:
+            raise ValueError("PlannerBot.act needs at least one legal action, got an empty list")
+        power, owners, options = _read_decision(observation)
+        targets = {sc for sc in self.map.scs if owners.get(sc) != power}
+        scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in options]
+        return f"[{1 + max(range(len(options)), key=scores.__getitem__)}]"
+
+    __call__ = act
+
+    @property
+    def map(self):
+        if self._map is None:
+            self._map = _game_class()().map
+        return self._map
+
+    def _score(self, order: str, targets: set[str], owners: dict[str, str]) -> float:
+        words = order.split()
+        if order == "WAIVE":
+            return 0.0
+        kind, here = words[0], words[1]
+        if words[-1] == "B":
+            return 2.0 if kind == "A" else 1.5
+        if words[-1] == "D":
+            return float(self._steps(kind, here, targets)) if len(words) == 3 else -1.0
+        if words[2] == "H":
+            return 100.0 if here[:3] in targets else 1.0
+        if words[2] in ("-", "R"):
+            there = words[3]
+            if there[:3] in targets:
+                return 50.0 + (1.0 if there[:3] not in owners else 0.0)  # a neutral centre first
+            nearer = self._steps(kind, there, targets)
+            return 10.0 - nearer if nearer < self._steps(kind, here, targets) else 0.5
+        return 0.0  # a support or a convoy
+
+    def _steps(self, kind: str, start: str, targets: set[str]) -> int:
+        """Moves a unit of ``kind`` needs from ``start`` to the nearest of ``targets`` (99 if none
+        within 30): a breadth-first walk over the map's adjacencies for that unit type."""
+        seen, frontier = {start}, [start]
+        for steps in range(30):
+            if any(loc[:3] in targets for loc in frontier):
+                return steps
+            reached = []
+            for loc in frontier:
+                for step in (n.upper() for n in self.map.abut_list(loc, incl_no_coast=True)):
+                    if step not in seen and self.map.abuts(kind, loc, "-", step):
+                        seen.add(step)
+                        reached.append(step)
+            frontier = reached
+        return 99
+
+
+def _read_decision(observation: str) -> tuple[str, dict[str, str], list[str]]:
+    """(the power, each owned centre's owner, the orders offered) from a diplomacy_v1 view."""
+    import re
+
+    power = re.search(r"You are ([A-Z]+)\.", observation)
+    centres = re.search(r"^Supply centres: (.*)$", observation, re.M)
+    offered = re.search(r"^Order for [^:]+: (.*)$", observation, re.M)
+    if power is None or centres is None or offered is None:
+        raise ValueError(f"expected a diplomacy_v1 observation with an order to give, got {observation[:120]!r}")
+    owners = {sc: owner for owner, held in re.findall(r"([A-Z]+) \d+ \(([A-Z ]*)\)", centres.group(1))
+              for sc in held.split()}
+    options = [o.strip() for o in re.split(r"\s*\[\d+\]\s*", offered.group(1)) if o.strip()]
+    return power.group(1), owners, options
+
+
+__all__ = ["DiplomacyEnv", "DiplomacyRules", "PlannerBot", "POWERS"]
