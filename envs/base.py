@@ -269,7 +269,12 @@ class TextGameEnv(AECEnv[str, dict[str, str], Any]):
         if move is not None:
             self.game.apply(move)
             self._retries = 0
+        self._finish_turn(agent)
 
+    def _finish_turn(self, agent: str) -> None:
+        """After ``agent``'s action: the game ends (rewards, terminations) or passes to the next
+        agent to move; infos and rewards follow. (A game whose action is not one move, such as a
+        power's orders in Diplomacy, steps by its own reading and ends here too.)"""
         if self.forfeited_by is not None or self.game.is_terminal:
             self._end_game()
             self.agent_selection = self.possible_agents[(self._seat[agent] + 1) % self.num_agents]

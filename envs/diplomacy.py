@@ -6,17 +6,27 @@ Orders are simultaneous in the game, sequential here: the env asks for them one 
 time and hands a phase's orders to the adjudicator once every power has given its own, so no
 power ever sees another's orders of the phase before it is processed.
 
-``orders="unit"`` (the only mode so far: one call per power, an order per line, is to come)
-asks one decision per unit: the view lists the unit's legal orders, numbered
-``[1] A PAR H  [2] A PAR - BUR ...`` (the hold, the retreat's disband or the build's waive
-first, the rest sorted), and the answer is a number or the order itself in brackets (``[2]`` or
-``[a par - bur]``). The power's earlier choices of the phase are in its view.
+Two ways to ask for orders (``orders``):
+
+- ``"unit"`` (the default; fits the tiny model): one decision per unit. The view lists the unit's
+  legal orders, numbered ``[1] A PAR H  [2] A PAR - BUR ...`` (the hold, the retreat's disband or
+  the build's waive first, the rest sorted), and the answer is a number or the order itself in
+  brackets (``[2]`` or ``[a par - bur]``). The power's earlier choices of the phase are in its
+  view.
+- ``"power"`` (fits a real model): one call per power and phase. The view lists every unit's
+  legal orders and the answer gives them an order per line (a bullet, a number or brackets
+  around an order are allowed; other lines, prose, are not read). An order line that is not a
+  legal order of one of its units (or orders a unit twice) is counted in ``invalid_moves``; what
+  is left without an order takes its first option (a unit holds, a dislodged one disbands, a
+  build is waived). The one listed move is ``[hold]``: no orders at all.
+
 Retreats and adjustments are decisions too: a power with builds chooses them one at a time
 (``WAIVE`` ends its builds), one with too many units chooses which to disband.
 
 An invalid answer, by default, orders the decision's first option (a hold, a disband or a waive)
 and is counted (``invalid_move="hold"``, as Diplomacy's adjudicators treat an illegal order);
-the contract's ``forfeit`` / ``retry`` / ``random`` can be asked for instead.
+with ``orders="unit"`` the contract's ``forfeit`` / ``retry`` / ``random`` can be asked for
+instead.
 
 The game ends with a solo victory or after ``max_years`` game years (the last year's winter
 adjustments included). Each power's reward is its share of the supply centres
@@ -33,9 +43,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import re
 from typing import Any
 
-from .base import INVALID_MOVE_POLICIES, GameInfo, TextGameEnv
+from .base import INVALID_MOVE_POLICIES, GameInfo, TextGameEnv, parse_move
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +58,12 @@ MAX_OPTIONS = 160
 MOVES = tuple(f"[{i}]" for i in range(1, MAX_OPTIONS + 1))
 DECISIONS_PER_YEAR = 5 * 34
 """At most two movement phases, two retreat phases and one adjustment phase of 34 units each."""
+HOLD_ALL = "[hold]"
+"""With ``orders="power"``, the one listed move: no orders, every unit holds (what a bot sends)."""
+ORDER_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])?\s*\[?\s*((?:[AF]\s+[A-Z]{3}(?:/[A-Z]{2})?\b[^\]]*)|WAIVE)\s*\]?\s*$",
+                        re.IGNORECASE)
+"""A line of a power's answer that is an order (a bullet, a number or brackets around it allowed);
+other lines (prose) are not read."""
 PHASE_KINDS = {"M": "movement", "R": "retreats", "A": "adjustments"}
 SEASONS = {"S": "spring", "F": "fall", "W": "winter"}
 
@@ -78,9 +95,10 @@ def _first_is_default(orders: list[str]) -> list[str]:
 class DiplomacyRules:
     """A game of Diplomacy asked one decision at a time; the adjudicator resolves each phase."""
 
-    def __init__(self, max_years: int, win_centres: int, win_bonus: float) -> None:
+    def __init__(self, max_years: int, win_centres: int, win_bonus: float, orders: str = "unit") -> None:
         self.game = _game_class()(map_name="standard", rules=["NO_PRESS", "IGNORE_ERRORS", "POWER_CHOICE"])
         self.max_years, self.win_centres, self.win_bonus = max_years, win_centres, win_bonus
+        self.orders = orders
         self.last_year = self.year + max_years - 1
         self.chosen: dict[str, list[str]] = {p: [] for p in POWERS}
         self.pending: list[Decision] = []
@@ -107,7 +125,9 @@ class DiplomacyRules:
         return POWERS.index(self.pending[0].power)
 
     def legal_moves(self) -> list[str]:
-        return list(MOVES[: len(self.pending[0].options)]) if self.pending and not self.is_terminal else []
+        if not self.pending or self.is_terminal:
+            return []
+        return [HOLD_ALL] if self.orders == "power" else list(MOVES[: len(self.pending[0].options)])
 
     def order_of(self, move: str | None) -> str | None:
         """The order a parsed answer names: ``[2]`` or ``[a par - bur]``; None if neither."""
@@ -123,11 +143,38 @@ class DiplomacyRules:
         order = self.order_of(move)
         if order is None:
             raise ValueError(f"{move!r} is not one of the {len(self.pending[0].options)} orders offered")
-        decision = self.pending.pop(0)
-        self.chosen[decision.power].append(order)
-        self._after_adjustment(decision, order)
+        self._choose(self.pending[0], order)
         if not self.pending:
             self._process()
+
+    def give_orders(self, answer: Any) -> int:
+        """``orders="power"``: the power to move gives every order of the phase in one answer, an
+        order per line; returns how many of its order lines were not legal orders of its units
+        (or ordered a unit twice). Each decision left without an order takes its first option (a
+        hold, a disband or a waive), as an invalid one does."""
+        power, illegal = self.pending[0].power, 0
+        lines = answer.splitlines() if isinstance(answer, str) else []
+        illegal += not isinstance(answer, str)
+        for line in lines:
+            found = ORDER_LINE.match(line)
+            if found is None:
+                continue  # prose around the orders
+            order = " ".join(found.group(1).upper().split())
+            decision = next((d for d in self.pending if d.power == power and order in d.options), None)
+            if decision is None:
+                illegal += 1
+                continue
+            self._choose(decision, order)
+        while self.pending and self.pending[0].power == power:
+            self._choose(self.pending[0], self.pending[0].options[0])
+        if not self.pending:
+            self._process()
+        return illegal
+
+    def _choose(self, decision: Decision, order: str) -> None:
+        self.pending.remove(decision)
+        self.chosen[decision.power].append(order)
+        self._after_adjustment(decision, order)
 
     def centres(self) -> dict[str, int]:
         return {p: len(self.game.get_centers(p)) for p in POWERS}
@@ -217,10 +264,20 @@ class DiplomacyRules:
         elif self.chosen.get(power):
             lines.append("Your orders so far this phase: " + ", ".join(self.chosen[power]))
         if self.pending and self.pending[0].power == power and not self.is_terminal:
+            lines.extend(self._asked(power))
+        return "\n".join(lines)
+
+    def _asked(self, power: str) -> list[str]:
+        """What the power is asked now: one unit's numbered orders, or (``orders="power"``) every
+        decision of its phase with its legal orders, to answer an order per line."""
+        if self.orders == "unit":
             decision = self.pending[0]
             listed = "  ".join(f"[{i}] {o}" for i, o in enumerate(decision.options, 1))
-            lines.append(f"Order for {decision.subject}: {listed}")
-        return "\n".join(lines)
+            return [f"Order for {decision.subject}: {listed}"]
+        mine = [d for d in self.pending if d.power == power]
+        return ["Give your orders, one per line, from the legal orders below (a unit without an order "
+                "holds; an order not listed holds and is counted):",
+                *(f"{d.subject}: {' | '.join(d.options)}" for d in mine)]
 
     def _last_phase(self) -> list[str]:
         history = self.game.get_phase_history()
@@ -253,30 +310,23 @@ class DiplomacyEnv(TextGameEnv):
 
     def __init__(self, render_mode: str | None = None, invalid_move: str = "hold", invalid_move_reward: float = -1.0,
                  max_retries: int = 2, *, max_years: int = 2, win_centres: int = 18, win_bonus: float = 1.0,
-                 orders: str = "unit", list_legal_moves: bool = True) -> None:
-        if invalid_move not in ("hold", *INVALID_MOVE_POLICIES):
-            raise ValueError(f"invalid_move: expected one of {('hold', *INVALID_MOVE_POLICIES)}, got {invalid_move!r}")
-        if orders != "unit":
-            raise ValueError(f"orders: expected 'unit' (one decision per unit), got {orders!r}")
-        if isinstance(max_years, bool) or not isinstance(max_years, int) or max_years < 1:
-            raise ValueError(f"max_years: expected an int >= 1, got {max_years!r}")
-        if isinstance(win_centres, bool) or not isinstance(win_centres, int) or not 1 <= win_centres <= CENTRES:
-            raise ValueError(f"win_centres: expected an int in [1, {CENTRES}], got {win_centres!r}")
-        if not isinstance(win_bonus, (int, float)) or isinstance(win_bonus, bool) or win_bonus < 0:
-            raise ValueError(f"win_bonus: expected a number >= 0, got {win_bonus!r}")
+                 orders: str = "unit", list_legal_moves: bool | None = None) -> None:
+        _check_settings(invalid_move, orders, max_years, win_centres, win_bonus)
         _game_class()  # the package is there, or the error says how to get it
         self.game_info = dataclasses.replace(type(self).game_info, max_turns=max_years * DECISIONS_PER_YEAR,
-                                             reward_range=(0.0, 1.0 + float(win_bonus)))
+                                             reward_range=(0.0, 1.0 + float(win_bonus)),
+                                             moves=MOVES if orders == "unit" else (HOLD_ALL,))
         hold = invalid_move == "hold"
+        listed = orders == "unit" if list_legal_moves is None else list_legal_moves  # a power's answer is free text
         super().__init__(render_mode, "forfeit" if hold else invalid_move, invalid_move_reward, max_retries,
-                         list_legal_moves=list_legal_moves)
-        self.invalid_move = invalid_move
+                         list_legal_moves=listed)
+        self.invalid_move, self.orders = invalid_move, orders
         self.max_years, self.win_centres, self.win_bonus = max_years, win_centres, float(win_bonus)
         self.final_scores: dict[str, dict[str, float]] = {}
 
     def _new_game(self) -> DiplomacyRules:
         self.final_scores = {}
-        return DiplomacyRules(self.max_years, self.win_centres, self.win_bonus)  # the game has no chance
+        return DiplomacyRules(self.max_years, self.win_centres, self.win_bonus, self.orders)  # the game has no chance
 
     def is_legal(self, move: str | None, legal: list[str]) -> bool:
         return self.game.order_of(move) is not None
@@ -289,7 +339,15 @@ class DiplomacyEnv(TextGameEnv):
         return legal[0]  # the decision's first option: a hold, a disband or a waive
 
     def step(self, action: Any) -> None:
-        super().step(action)
+        agent = self.agent_selection
+        if self.orders == "unit" or self.terminations[agent] or self.truncations[agent]:
+            super().step(action)
+        else:  # a power's orders, an order per line: illegal lines hold and are counted, never forfeit
+            self._cumulative_rewards[agent] = 0.0
+            illegal = self.game.give_orders(action)
+            self.invalid_moves[agent] += illegal
+            self.infos[agent] = {**self.infos[agent], "invalid_move": illegal > 0, "parsed_move": parse_move(action)}
+            self._finish_turn(agent)
         if self.game.is_terminal and not self.final_scores and self.forfeited_by is None:
             self.final_scores = self.game.scores()
 
@@ -300,6 +358,24 @@ class DiplomacyEnv(TextGameEnv):
         centres, pending = self.game.centres(), self.game.pending
         text = f"{self.game.game.get_current_phase()}: " + ", ".join(f"{p} {centres[p]}" for p in POWERS)
         return text + (f"; to order: {pending[0].power} {pending[0].subject}" if pending else "")
+
+
+def _check_settings(invalid_move: str, orders: str, max_years: int, win_centres: int, win_bonus: float) -> None:
+    """Refuse a setting the game cannot play, naming the key and what it takes."""
+    if invalid_move not in ("hold", *INVALID_MOVE_POLICIES):
+        raise ValueError(f"invalid_move: expected one of {('hold', *INVALID_MOVE_POLICIES)}, got {invalid_move!r}")
+    if orders not in ("unit", "power"):
+        raise ValueError(f"orders: expected 'unit' (a decision per unit) or 'power' (a call per power), "
+                         f"got {orders!r}")
+    if orders == "power" and invalid_move != "hold":
+        raise ValueError(f"invalid_move: with orders 'power' an illegal order line holds; expected 'hold', "
+                         f"got {invalid_move!r}")
+    if isinstance(max_years, bool) or not isinstance(max_years, int) or max_years < 1:
+        raise ValueError(f"max_years: expected an int >= 1, got {max_years!r}")
+    if isinstance(win_centres, bool) or not isinstance(win_centres, int) or not 1 <= win_centres <= CENTRES:
+        raise ValueError(f"win_centres: expected an int in [1, {CENTRES}], got {win_centres!r}")
+    if not isinstance(win_bonus, (int, float)) or isinstance(win_bonus, bool) or win_bonus < 0:
+        raise ValueError(f"win_bonus: expected a number >= 0, got {win_bonus!r}")
 
 
 class PlannerBot:

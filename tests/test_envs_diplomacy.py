@@ -148,7 +148,8 @@ def test_the_same_seed_and_bots_give_the_same_game():
     ({"max_years": 0}, "max_years: expected an int >= 1"),
     ({"win_centres": 40}, r"win_centres: expected an int in \[1, 34\]"),
     ({"win_bonus": -1}, "win_bonus: expected a number >= 0"),
-    ({"orders": "power"}, "orders: expected 'unit'"),
+    ({"orders": "both"}, "orders: expected 'unit'"),
+    ({"orders": "power", "invalid_move": "forfeit"}, "invalid_move: with orders 'power' an illegal order line holds"),
     ({"invalid_move": "skip"}, "invalid_move: expected one of"),
 ])
 def test_bad_settings_name_the_key(kwargs, message):
@@ -189,3 +190,31 @@ def test_the_planner_holds_a_centre_it_stands_on_and_moves_into_a_neutral_one():
     assert bot.act(on_centre, legal) == "[1]"  # BEL is not France's: hold it to take it
     with pytest.raises(ValueError, match="expected a diplomacy_v1 observation"):
         bot.act("Tic-Tac-Toe. You are X.", ["[0]"])
+
+
+def test_the_pettingzoo_api_test_passes_with_a_call_per_power():
+    api_test(DiplomacyEnv(max_years=1, orders="power"), num_cycles=60)
+
+
+def test_a_power_gives_its_orders_one_per_line_and_illegal_lines_hold_and_are_counted():
+    env = DiplomacyEnv(orders="power")
+    env.reset(seed=0)
+    view = env.observe("player_0")["text"]
+    assert "A BUD: A BUD H | A BUD - GAL" in view and "F TRI: F TRI H" in view and view.endswith("Your move.")
+    assert env.infos["player_0"]["legal_actions"] == ["[hold]"]
+    env.step("My plan: the Balkans.\n- A BUD - SER\n[A VIE - GAL]\n3. f tri - alb\nA BUD - RUM\nF XYZ H")
+    assert env.game.chosen["AUSTRIA"] == ["A BUD - SER", "A VIE - GAL", "F TRI - ALB"]
+    assert env.invalid_moves["player_0"] == 2 and env.infos["player_0"]["invalid_move"]  # BUD twice; no F XYZ
+    assert env.agent_selection == "player_1"  # one call for the whole power
+    env.step(None)  # not text: every unit holds, counted once
+    assert sorted(env.game.chosen["ENGLAND"]) == ["A LVP H", "F EDI H", "F LON H"] and env.invalid_moves["player_1"] == 1
+    for agent in env.possible_agents[2:]:
+        env.step("[hold]")
+    assert env.game.game.get_current_phase() == "F1901M"  # the phase went to the adjudicator
+    assert "Last phase S1901M: AUSTRIA: A BUD - SER, A VIE - GAL, F TRI - ALB" in env.observe("player_0")["text"]
+
+
+def test_a_game_of_calls_per_power_runs_to_the_cap():
+    env = DiplomacyEnv(orders="power", max_years=2)
+    phases = _play(env, 0)
+    assert env.game.is_terminal and phases[0] == "S1901M" and sum(env.final_scores["centres"].values()) <= CENTRES
