@@ -218,3 +218,29 @@ def test_a_game_of_calls_per_power_runs_to_the_cap():
     env = DiplomacyEnv(orders="power", max_years=2)
     phases = _play(env, 0)
     assert env.game.is_terminal and phases[0] == "S1901M" and sum(env.final_scores["centres"].values()) <= CENTRES
+
+
+@pytest.mark.slow
+def test_the_league_config_seats_the_learner_as_one_power_among_six_league_members(tmp_path):
+    """``configs/diplomacy_league_tiny.yaml`` for two steps: every game of the league's record has
+    seven agents, the learner in exactly one seat (recorded first), the six others drawn from the
+    league; validation against the planner reports a payoff."""
+    import json
+    import os
+
+    from sp_lightning.cli import main
+
+    config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                          "diplomacy_league_tiny.yaml")
+    main(["fit", "--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+          "--trainer.default_root_dir", str(tmp_path), "--data.league.dir", str(tmp_path / "league"),
+          "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(tmp_path),
+          "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false"])
+    league = json.loads((tmp_path / "league" / "league.json").read_text())
+    matches = league["matches"]
+    assert len(matches) == 16  # two batches of 8 games
+    assert all(len(m["agents"]) == 7 and m["agents"].count("learner") == 1 for m in matches)
+    assert all(m["agents"][0] == "learner" and len(m["scores"]) == 7 for m in matches)
+    assert {a for m in matches for a in m["agents"]} - {"learner"} <= set(league["agents"])
+    (metrics,) = tmp_path.glob("**/metrics.csv")
+    assert "val/diplomacy_v1/payoff" in metrics.read_text()
