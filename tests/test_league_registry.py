@@ -152,15 +152,19 @@ def test_record_matches_moves_ratings_and_counts(tmp_path):
     assert state.metadata["best_agent"] in ("ckpt-1", "ckpt-2")
 
 
-def test_mirror_play_is_recorded_and_counted_but_not_rated(tmp_path):
+def test_an_agent_in_several_seats_is_rated_once_by_its_mean_score_and_mirror_play_not_at_all(tmp_path):
     reg = league(tmp_path)
     before = reg.get("ckpt-1")
-    reg.record_matches([(["ckpt-1", "ckpt-1"], [1, 0]), (["ckpt-1", "ckpt-1", "random"], [1, 0, 0])])
-    after, state = reg.get("ckpt-1"), reg.read()
-    assert (after.mu, after.sigma, after.elo) == (before.mu, before.sigma, before.elo)
-    assert after.matches == 2 and state.agents["random"].matches == 1
-    assert state.agents["random"].mu == 25.0  # nobody left to be rated against
-    assert [m.agents for m in state.matches] == [["ckpt-1", "ckpt-1"], ["ckpt-1", "ckpt-1", "random"]]
+    reg.record_matches([(["ckpt-1", "ckpt-1"], [1, 0])])  # mirror play: counted, nobody to be rated against
+    mirrored = reg.get("ckpt-1")
+    assert (mirrored.mu, mirrored.sigma, mirrored.elo) == (before.mu, before.sigma, before.elo)
+    assert mirrored.matches == 1
+    # a seven-power table draws a member into several seats: it is one entry, scored by its mean
+    reg.record_matches([(["ckpt-1", "random", "random", "random"], [3, 0, 4, 2])])
+    state = reg.read()
+    assert state.agents["ckpt-1"].matches == 2 and state.agents["random"].matches == 1
+    assert state.agents["ckpt-1"].mu > 25.0 > state.agents["random"].mu  # 3 beats the mean of 0, 4 and 2
+    assert [m.agents for m in state.matches] == [["ckpt-1", "ckpt-1"], ["ckpt-1", "random", "random", "random"]]
 
 
 # -- processes ---------------------------------------------------------------------------------

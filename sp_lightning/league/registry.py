@@ -39,7 +39,6 @@ import math
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -276,9 +275,8 @@ class LeagueRegistry:
     def record_matches(self, matches: list[tuple[list[str], list[float]]], step: int | None = None,
                        source: str = "train") -> list[MatchRecord]:
         """Append the matches to the history and update TrueSkill, Elo and match counts, all in
-        one transaction. An agent in two entries of one match (mirror play) still counts the
-        match but is left out of that match's rating update (it would be rated against itself);
-        the other entries are rated among themselves."""
+        one transaction. An agent in several entries of one match counts the match once and is
+        rated once, by its mean score over those entries (see ``_rate``)."""
         with self.transaction() as state:
             for agent_ids, scores in matches:
                 finite = all(map(math.isfinite, scores))
@@ -302,14 +300,18 @@ class LeagueRegistry:
         return out
 
     def _rate(self, state: LeagueState, match: MatchRecord) -> None:
-        seen = Counter(match.agents)
-        for agent_id in seen:
+        """An agent in several seats of a match (a league member drawn twice for a seven-power
+        table, or mirror play) is rated once, by its mean score over its seats: it is never rated
+        against itself, and a match of one agent alone rates nobody."""
+        seats: dict[str, list[float]] = {}
+        for agent_id, score in zip(match.agents, match.scores):
+            seats.setdefault(agent_id, []).append(score)
+        for agent_id in seats:
             state.agents[agent_id].matches += 1
-        rated = [k for k, a in enumerate(match.agents) if seen[a] == 1]
-        if len(rated) < 2:
+        if len(seats) < 2:
             return
-        records = [state.agents[match.agents[k]] for k in rated]
-        scores = [match.scores[k] for k in rated]
+        records = [state.agents[agent_id] for agent_id in seats]
+        scores = [sum(own) / len(own) for own in seats.values()]
         try:
             new = self.trueskill.rate([[(r.mu, r.sigma)] for r in records],
                                       ranks_from_scores(scores))

@@ -165,8 +165,10 @@ class LeagueSampler(OpponentSampler):
             opponents = [(a, self.policy_ids[str(p)]) for a, p in seats.items() if p.kind is not PolicyKind.LEARNER]
             bucket = self._bucket_of(opponents[0][1])
             self.step_results.append((bucket, learner_payoff))
-            score = 1.0 if learner_payoff > 0 else 0.5 if learner_payoff == 0 else 0.0
-            for _, opponent_id in dict.fromkeys(opponents):
+            for opponent_id, payoff in _mean_payoffs(opponents, rollout.outcome).items():
+                # a win is a better result than the opponent's (its mean over its seats): in a
+                # two-player zero-sum game, a positive payoff; at a seven-power table, more centres
+                score = 1.0 if learner_payoff > payoff else 0.5 if learner_payoff == payoff else 0.0
                 old = self.win_rates.get(opponent_id, 0.5)
                 self.win_rates[opponent_id] = self.win_rate_decay * old + (1 - self.win_rate_decay) * score
             ids = [LEARNER_ID] + [opponent_id for _, opponent_id in opponents]
@@ -199,3 +201,11 @@ class LeagueSampler(OpponentSampler):
         self.win_rates = dict(state["win_rates"])
         self.rotation = defaultdict(int, state["rotation"])
         self.coverage.load_state_dict(state["coverage"])
+
+
+def _mean_payoffs(opponents: list[tuple[str, str]], outcome: dict[str, float]) -> dict[str, float]:
+    """Each opponent's mean payoff over the seats it held, from ``(seat, opponent id)`` pairs."""
+    seats: dict[str, list[float]] = {}
+    for agent, opponent_id in opponents:
+        seats.setdefault(opponent_id, []).append(outcome.get(agent, 0.0))
+    return {opponent_id: sum(payoffs) / len(payoffs) for opponent_id, payoffs in seats.items()}
