@@ -196,3 +196,9 @@ def send_weights(worker, model, version: int = 0) -> None:
     from sp_lightning.weight_sync import update_of
 
     worker.load_weights(update_of(model, version))
+
+
+LONG_GAMES = {"diplomacy_v1": 20}
+"""Games of far more decisions than the rest, played this many times where a test plays many:
+twenty two-year Diplomacy games (about 150 decisions of seven powers each) check as many
+positions as 400 games of Tic-Tac-Toe."""

@@ -233,6 +233,7 @@ def test_the_league_config_seats_the_learner_as_one_power_among_six_league_membe
     config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                           "diplomacy_league_tiny.yaml")
     main(["fit", "--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
+          "--data.eval.games", "7",
           "--trainer.default_root_dir", str(tmp_path), "--data.league.dir", str(tmp_path / "league"),
           "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(tmp_path),
           "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false"])

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from pettingzoo.test import api_test, seed_test
 
 from envs import GAMES, GameInfo, TextGameEnv, make, parse_move
+from tests.helpers import LONG_GAMES
 from envs.base import CHARSET
 
 # ---- the games -----------------------------------------------------------------------------
@@ -37,6 +38,7 @@ VARIANTS = [
     ("simple_negotiation_v1", {"win_bonus": True}),  # the zero-sum scoring
 ]
 NATIVE = [(game_id, {}) for game_id in GAMES] + VARIANTS
+
 CLASSIC = [
     ("pettingzoo:tictactoe_v3", {}), ("pettingzoo:connect_four_v3", {}), ("pettingzoo:leduc_holdem_v4", {}),
 ]
@@ -257,7 +259,7 @@ def test_random_games_keep_status_lines_infos_and_rewards(config):
     hold (turns, reward range, zero-sum); observations stay inside the observation space."""
     env = build(config)
     info = env.game_info
-    for game in range(400 if config[0] in GAMES else 30):
+    for game in range(LONG_GAMES.get(config[0], 400) if config[0] in GAMES else 30):
         env.reset(seed=game)
         rng = np.random.default_rng(game)
         assert env.agents == env.possible_agents and env.invalid_moves == dict.fromkeys(env.agents, 0)
