@@ -222,3 +222,18 @@ def test_the_installed_command_prints_only_the_line(files):
     assert lines[0] == "sp-lightning fit: error: --model.micro_batch_size: expected >= 1, got 0", done.stderr
     assert len(lines) == 2 and "Traceback" not in done.stderr, done.stderr
 
+
+
+def test_a_resume_from_a_damaged_checkpoint_loads_the_one_before_it(files, tmp_path, caplog):
+    """``fit --ckpt_path last.ckpt`` where last.ckpt was damaged once written: the run resumes
+    from ``last.ckpt.prev`` (sp_lightning.checkpoint_io) with a warning, not a refusal."""
+    import shutil
+
+    shutil.copy(files / "kuhn" / "last.ckpt", tmp_path / "last.ckpt.prev")  # the step-1 checkpoint
+    (tmp_path / "last.ckpt").write_bytes(b"cut short")
+    with caplog.at_level("WARNING", logger="sp_lightning.checkpoint_io"):
+        main(["fit", "--config", KUHN, "--trainer.max_steps", "2", "--trainer.logger", "false",
+              "--trainer.callbacks", "[]", "--trainer.default_root_dir", str(tmp_path),
+              "--trainer.val_check_interval", "1000", "--data.episodes_per_batch", "2", "--model.update_epochs", "1",
+              "--ckpt_path", str(tmp_path / "last.ckpt")])
+    assert "loading the previous one" in caplog.text

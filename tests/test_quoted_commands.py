@@ -175,10 +175,6 @@ def parse(subcommand: str, args: list[str]) -> None:
     class ParseOnly(SelfPlayCLI):
         before_instantiate_classes = parsed
 
-        def _parse_ckpt_path(self) -> None:
-            """A quoted ``--ckpt_path runs/...`` names what a fit writes: the flag is parsed, the
-            file (absent here) is not read."""
-
     try:
         if subcommand in ("fit", "validate"):
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # as sp-lightning does

@@ -11,7 +11,6 @@ import warnings
 
 from lightning.pytorch.cli import LightningCLI
 
-from sp_lightning.checkpoints import read_checkpoint
 from sp_lightning.data import SelfPlayDataModule
 from sp_lightning.errors import UserError, keyed_error, qualify
 from sp_lightning.module import SelfPlayModule
@@ -41,17 +40,13 @@ class SelfPlayCLI(LightningCLI):
                               apply_on="instantiate")
 
     def _parse_ckpt_path(self) -> None:
-        """LightningCLI would overwrite the config's ``model`` settings with those the checkpoint
-        saved, silently: a resume with a new learning rate would keep the old one, and a
-        checkpoint of another config would be loaded into the model it describes, not the one
-        the config asks for. Here the config is the run's: the checkpoint is only read, so that a
-        file that is not one is named (``ckpt_path ...: not a readable checkpoint``), and when it
-        is loaded into the module, one whose weights do not fit is refused naming the settings
-        that differ (``sp_lightning.checkpoints.check_fits``)."""
-        subcommand = self.config.get("subcommand")
-        path = self.config[subcommand].get("ckpt_path") if subcommand else None
-        if path:
-            read_checkpoint(path, "ckpt_path")
+        """Nothing: LightningCLI would load the checkpoint here to overwrite the config's ``model``
+        settings with those it saved, silently (a resume with a new learning rate would keep the
+        old one, a checkpoint of another config would be loaded into the model it describes). The
+        config is the run's. The file is read once, when the trainer loads it: a damaged
+        ``last.ckpt`` falls back to its ``.prev``, one with neither is named
+        (``sp_lightning.checkpoint_io``), and weights that do not fit the config's model are
+        refused naming the settings that differ (``sp_lightning.checkpoints.check_fits``)."""
 
     def instantiate_classes(self) -> None:
         """The config's objects; a check that names a setting by its tail (``loss.aggregation``,
