@@ -46,6 +46,8 @@ import logging
 import re
 from typing import Any
 
+import numpy as np
+
 from .base import INVALID_MOVE_POLICIES, GameInfo, TextGameEnv, parse_move
 
 logger = logging.getLogger(__name__)
@@ -199,14 +201,14 @@ class DiplomacyRules:
         """The decisions of the phase now due; a phase that asks nothing is processed at once."""
         while not self.is_terminal:
             self.chosen = {p: [] for p in POWERS}
-            self.pending = [d for p in POWERS for d in self._decisions(p)]
+            possible = self.game.get_all_possible_orders()  # every location's orders, once a phase
+            self.pending = [d for p in POWERS for d in self._decisions(p, possible)]
             if self.pending:
                 return
             self.game.process()
         self.pending = []
 
-    def _decisions(self, power: str) -> list[Decision]:
-        possible = self.game.get_all_possible_orders()
+    def _decisions(self, power: str, possible: dict[str, list[str]]) -> list[Decision]:
         locations = [loc for loc in self.game.get_orderable_locations(power) if possible.get(loc)]
         if self.game.phase_type != "A":
             units = {unit.split()[1][:3]: unit for unit in self._units_to_order(power)}
@@ -348,7 +350,10 @@ class DiplomacyEnv(TextGameEnv):
             self.invalid_moves[agent] += illegal
             self.infos[agent] = {**self.infos[agent], "invalid_move": illegal > 0, "parsed_move": parse_move(action)}
             self._finish_turn(agent)
-        if self.game.is_terminal and not self.final_scores and self.forfeited_by is None:
+
+    def _end_game(self) -> None:
+        super()._end_game()
+        if self.forfeited_by is None:
             self.final_scores = self.game.scores()
 
     def _view(self, seat: int) -> str:
@@ -393,16 +398,16 @@ class PlannerBot:
     ``bot:diplomacy_planner``; on another game's observation it raises ValueError."""
 
     def __init__(self, seed: int | None = None) -> None:
-        import numpy as np
-
         self.rng = np.random.default_rng(seed)
         self._map = None
+        self._walks: dict[tuple[str, str], int] = {}
 
     def act(self, observation: str, legal_actions: list[str]) -> str:
         if not legal_actions:
             raise ValueError("PlannerBot.act needs at least one legal action, got an empty list")
         power, owners, options = _read_decision(observation)
         targets = {sc for sc in self.map.scs if owners.get(sc) != power}
+        self._walks: dict[tuple[str, str], int] = {}  # this decision's walks: every option asks for its unit's
         scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in options]
         return f"[{1 + max(range(len(options)), key=scores.__getitem__)}]"
 
@@ -435,7 +440,13 @@ class PlannerBot:
 
     def _steps(self, kind: str, start: str, targets: set[str]) -> int:
         """Moves a unit of ``kind`` needs from ``start`` to the nearest of ``targets`` (99 if none
-        within 30): a breadth-first walk over the map's adjacencies for that unit type."""
+        within 30): a breadth-first walk over the map's adjacencies for that unit type, once per
+        decision and start."""
+        if (kind, start) not in self._walks:
+            self._walks[kind, start] = self._walk(kind, start, targets)
+        return self._walks[kind, start]
+
+    def _walk(self, kind: str, start: str, targets: set[str]) -> int:
         seen, frontier = {start}, [start]
         for steps in range(30):
             if any(loc[:3] in targets for loc in frontier):
@@ -452,8 +463,6 @@ class PlannerBot:
 
 def _read_decision(observation: str) -> tuple[str, dict[str, str], list[str]]:
     """(the power, each owned centre's owner, the orders offered) from a diplomacy_v1 view."""
-    import re
-
     power = re.search(r"You are ([A-Z]+)\.", observation)
     centres = re.search(r"^Supply centres: (.*)$", observation, re.M)
     offered = re.search(r"^Order for [^:]+: (.*)$", observation, re.M)
