@@ -219,7 +219,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         sends when training or validation starts (after a checkpoint is loaded)."""
         if self._engine is None:
             self._build(module, rank, world_size, fit)
-            if not fit and self._engine.worker.trains:  # a text-only server holds weights of its own
+            if not fit:  # (a worker that does not train is sent nothing: WeightSync.send)
                 self.send_weights(module)
         return self._engine
 
