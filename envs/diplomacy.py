@@ -32,7 +32,10 @@ The game ends with a solo victory or after ``max_years`` game years (the last ye
 adjustments included). Each power's reward is its share of the supply centres
 (``centres / 34``), plus ``win_bonus`` for the power that leads alone with at least
 ``win_centres`` centres (leaders tied at the top share it). The sum-of-squares score
-(``centres^2 / sum of centres^2``) is reported beside it in ``final_scores``.
+(``centres^2 / sum of centres^2``) is reported beside it in ``final_scores``. Each power's final
+info carries its ``result`` (``win`` for the sole leader the bonus goes to, ``draw`` for leaders
+sharing it, ``loss`` for the rest) and its ``scores`` (centres, sum of squares): evaluations and
+validation read a win and the mean centres from them, not from the sign of the reward.
 
 A snapshot copies the game through the package's ``to_dict``/``from_dict`` (5 ms after five
 game years; a ``deepcopy`` of the same game costs about 0.5 s).
@@ -181,11 +184,23 @@ class DiplomacyRules:
     def centres(self) -> dict[str, int]:
         return {p: len(self.game.get_centers(p)) for p in POWERS}
 
+    def leaders(self) -> list[str]:
+        """The powers the win bonus goes to: those tied at the top with at least ``win_centres``."""
+        centres = self.centres()
+        top = max(centres.values())
+        return [p for p in POWERS if centres[p] == top and top >= self.win_centres]
+
+    def results(self) -> dict[str, str]:
+        """Each power's result: ``win`` for the sole leader the bonus goes to, ``draw`` for leaders
+        that share it, ``loss`` for every other power (and for all when no power reaches
+        ``win_centres``: a capped game without a dominant power has no winner)."""
+        leaders = self.leaders()
+        return {p: ("win" if len(leaders) == 1 else "draw") if p in leaders else "loss" for p in POWERS}
+
     def scores(self) -> dict[str, dict[str, float]]:
         """Each power's centre share plus its part of the win bonus, and the sum-of-squares score."""
         centres = self.centres()
-        top = max(centres.values())
-        leaders = [p for p in POWERS if centres[p] == top and top >= self.win_centres]
+        leaders = self.leaders()
         squares = sum(c * c for c in centres.values()) or 1
         return {"reward": {p: centres[p] / CENTRES + (self.win_bonus / len(leaders) if p in leaders else 0.0)
                            for p in POWERS},
@@ -352,9 +367,17 @@ class DiplomacyEnv(TextGameEnv):
             self._finish_turn(agent)
 
     def _end_game(self) -> None:
+        """The game's verdicts in each power's final info, which the episode records: ``result``
+        (the win is the bonus's, see ``DiplomacyRules.results``) and ``scores`` (its centres and
+        sum-of-squares score, which evaluations and validation report beside the reward)."""
         super()._end_game()
         if self.forfeited_by is None:
             self.final_scores = self.game.scores()
+            results = self.game.results()
+            for agent in self.agents:
+                power = POWERS[self._seat[agent]]
+                scores = {key: self.final_scores[key][power] for key in ("centres", "sum_of_squares")}
+                self.infos[agent] = {**self.infos[agent], "result": results[power], "scores": scores}
 
     def _view(self, seat: int) -> str:
         return self.game.view(POWERS[seat])

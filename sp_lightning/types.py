@@ -180,6 +180,13 @@ class Rollout:
     state: Any = None
     """The episode's own final state where it keeps one (a chat episode's ``ChatState``), for
     its ``get_extras``; never trained on or logged as is."""
+    results: dict[str, str] = field(default_factory=dict)
+    """The game's own verdict per role (``win``, ``draw``, ``loss``) where its env gives one in
+    the final info (``info["result"]``: Diplomacy's win is its bonus's); elsewhere the sign of
+    the outcome is the verdict."""
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per role, the scores the env gives beside the reward in its final info (``info["scores"]``:
+    Diplomacy's supply centres and sum-of-squares score); evaluations report their means."""
     judgements: list[dict[str, Any]] = field(default_factory=list)
     """Verdicts of the judges that scored this rollout (see ``sp_lightning.judges``): judge,
     policy, text, rewards. A judge is not a role: its completions are never steps."""

@@ -121,6 +121,59 @@ def test_scores_give_the_bonus_to_a_sole_leader_and_share_it_between_tied_leader
     assert rules.scores()["reward"]["FRANCE"] == pytest.approx(6 / CENTRES)  # under the threshold: no bonus
 
 
+def test_the_result_is_the_bonus_s_a_sole_leader_wins_tied_leaders_draw_and_no_leader_means_no_winner():
+    rules = DiplomacyRules(max_years=1, win_centres=5, win_bonus=1.0)
+    rules.game.set_centers("FRANCE", ["BRE", "MAR", "PAR", "SPA", "POR", "BEL"])
+    results = rules.results()
+    assert results["FRANCE"] == "win" and {results[p] for p in POWERS if p != "FRANCE"} == {"loss"}
+    rules.game.set_centers("GERMANY", ["BER", "KIE", "MUN", "HOL", "DEN", "SWE"])
+    results = rules.results()
+    assert results["FRANCE"] == results["GERMANY"] == "draw" and results["RUSSIA"] == "loss"
+    rules.win_centres = 7
+    assert set(rules.results().values()) == {"loss"}  # nobody dominant: nobody wins a capped game
+
+
+def test_each_power_s_final_info_carries_its_result_and_scores_and_a_played_game_records_them():
+    """The episode records the verdicts from the final infos, and an evaluation counts a win
+    from them: a power with centres but no bonus has a positive reward and is not a winner."""
+    from sp_lightning.evaluation.matches import summarize
+    from sp_lightning.types import PolicyKind, PolicyRef
+
+    env = DiplomacyEnv(max_years=1, win_centres=18)
+    finals = {}
+    env.reset(seed=3)
+    bots = {a: RandomBot(i) for i, a in enumerate(env.possible_agents)}
+    for agent in env.agent_iter():
+        observation, _, terminated, truncated, info = env.last()
+        if terminated or truncated:
+            finals[agent] = info
+            env.step(None)
+        else:
+            env.step(bots[agent].act(observation["text"], info["legal_actions"]))
+    assert set(finals) == set(env.possible_agents)
+    for agent, power in zip(env.possible_agents, POWERS):
+        assert finals[agent]["result"] == "loss"  # nobody has 18 centres after a year
+        assert finals[agent]["scores"] == {"centres": env.final_scores["centres"][power],
+                                           "sum_of_squares": env.final_scores["sum_of_squares"][power]}
+
+    from sp_lightning.arena import Arena
+    from sp_lightning.games import GameSettings
+    from sp_lightning.rollout.base import SamplingSettings
+    from envs import make_bots
+    from tests.helpers import ScriptedWorker
+
+    game = GameSettings(id="diplomacy_v1", env_kwargs={"max_years": 1, "win_centres": 18})
+    (rollout,) = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0)).play(
+        [game.episode({a: PolicyRef(PolicyKind.BOT, "random") for a in env.possible_agents})], seeds=[3])
+    assert set(rollout.results.values()) == {"loss"} and set(rollout.scores) == set(env.possible_agents)
+    seat = max(rollout.outcome, key=rollout.outcome.get)
+    assert rollout.outcome[seat] > 0
+    result = summarize([(seat, rollout)], "bot:random", "bot:random", env.possible_agents)
+    assert (result.wins, result.losses) == (0, 1)
+    assert result.scores["centres"][0] == rollout.scores[seat]["centres"]
+    assert "diplomacy/centres" in result.as_metrics("diplomacy")
+
+
 def test_a_snapshot_plays_on_without_touching_the_original():
     env = DiplomacyEnv(max_years=2)
     _play(env, 3, until=lambda e: e.game.game.get_current_phase() == "F1901M" and len(e.game.pending) < 10)

@@ -57,11 +57,16 @@ class GameEpisode(Episode):
         of the game (:meth:`_branch`), drawn from ``branch_rng``."""
         branching = ctx.branching if branch_rng is not None else None
         outcome = {agent: 0.0 for agent in env.possible_agents}
+        results, scores = {}, {}  # the game's own verdicts, where its final infos give them
         steps: list[Step] = []
         cut_off = None
         for agent in env.agent_iter():
             observation, _, terminated, truncated, info = env.last()
             if terminated or truncated:
+                if "result" in info:
+                    results[agent] = info["result"]
+                if "scores" in info:
+                    scores[agent] = dict(info["scores"])
                 env.step(None)
             elif turns_played + len(steps) >= self.max_turns:
                 cut_off = "cut_off_turns"
@@ -77,8 +82,10 @@ class GameEpisode(Episode):
         env.close()
         if cut_off is not None:
             outcome = {agent: 0.0 for agent in outcome}
+            results, scores = {}, {}
             _warn_once(self.name, cut_off, self.max_turns)
-        rollout = Rollout(episode=self.name, steps=steps, seats=dict(self.seats), outcome=outcome)
+        rollout = Rollout(episode=self.name, steps=steps, seats=dict(self.seats), outcome=outcome,
+                          results=results, scores=scores)
         rollout.metrics = _game_metrics(rollout)
         for reason in CUT_OFF_REASONS:
             rollout.metrics[reason] = float(cut_off == reason)
@@ -178,10 +185,13 @@ def _game_metrics(rollout: Rollout) -> dict[str, float]:
         return metrics
     if len(learner_seats) < len(rollout.seats):  # against an opponent: the result of the learner
         payoff = sum(rollout.outcome.get(a, 0.0) for a in learner_seats)
-        metrics["win"] = float(payoff > 0)
-        metrics["draw"] = float(payoff == 0)
-        metrics["loss"] = float(payoff < 0)
+        result = result_of(rollout, learner_seats, payoff)
+        for verdict in ("win", "draw", "loss"):
+            metrics[verdict] = float(result == verdict)
         metrics["payoff"] = payoff
+        learner_scores = [rollout.scores[a] for a in learner_seats if a in rollout.scores]
+        for key in learner_scores[0] if learner_scores else ():
+            metrics[key] = sum(s[key] for s in learner_scores) / len(learner_scores)
     else:  # mirror self-play: a decisive game has a winner, so only the draw rate says anything
         metrics["draw"] = float(all(v == 0 for v in rollout.outcome.values()))
     moves = [s for s in rollout.steps if s.completion.policy.kind is PolicyKind.LEARNER]
@@ -191,3 +201,13 @@ def _game_metrics(rollout: Rollout) -> dict[str, float]:
         metrics["completion_tokens"] = sum(len(s.completion.completion_ids) for s in moves) / len(moves)
     metrics["length"] = float(len(rollout.steps))
     return metrics
+
+
+def result_of(rollout: Rollout, seats: list[str], payoff: float) -> str:
+    """``win``, ``draw`` or ``loss`` of the policy in ``seats`` (``payoff``: their summed outcome):
+    the game's own verdicts where it gives them (a win in any of the seats is a win, else a
+    draw in any is a draw), else the sign of the payoff, as in a two-player zero-sum game."""
+    verdicts = [rollout.results[a] for a in seats if a in rollout.results]
+    if verdicts and len(verdicts) == len(seats):
+        return "win" if "win" in verdicts else "draw" if "draw" in verdicts else "loss"
+    return "win" if payoff > 0 else "draw" if payoff == 0 else "loss"

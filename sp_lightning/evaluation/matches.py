@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from sp_lightning.arena import Arena
+from sp_lightning.episodes.game import result_of
 from sp_lightning.evaluation.stats import bootstrap_mean_interval, wilson_interval
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings
@@ -54,6 +55,9 @@ class EvalResult:
     per_seat_payoff: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     """Per seat: the mean payoff of the games played there and its 95% bootstrap interval (with
     several learners, each seat's own learner's figure)."""
+    scores: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    """The game's own scores beside the reward (``Rollout.scores``: Diplomacy's centres and
+    sum-of-squares score), each as the mean over the games and its 95% bootstrap interval."""
 
     @property
     def win_rate(self) -> float:
@@ -94,6 +98,8 @@ class EvalResult:
         for seat, (mean, low, high) in self.per_seat_payoff.items():
             out.update({f"{prefix}/payoff_{seat}": mean, f"{prefix}/payoff_{seat}_ci_low": low,
                         f"{prefix}/payoff_{seat}_ci_high": high})
+        for key, (mean, low, high) in self.scores.items():
+            out.update({f"{prefix}/{key}": mean, f"{prefix}/{key}_ci_low": low, f"{prefix}/{key}_ci_high": high})
         return out
 
     def summary(self) -> str:
@@ -105,6 +111,7 @@ class EvalResult:
             f"draw {self.draw_rate:.3f}, loss {self.loss_rate:.3f}, "
             f"payoff {self.payoff_mean:+.3f} [{plo:+.3f}, {phi:+.3f}], legal moves {self.legal_move_rate:.3f}, "
             f"opponent forfeits {self.opponent_forfeit_rate:.3f}{left_out}"
+            + "".join(f", {key} {mean:.3f} [{low:.3f}, {high:.3f}]" for key, (mean, low, high) in self.scores.items())
         )
 
 
@@ -266,13 +273,18 @@ class PlayedGame:
     legal_moves: int
     opponent_forfeit: bool
     order: tuple[int, int] = (0, 0)
+    result: str = ""
+    """``win``, ``draw`` or ``loss``: the game's own verdict where it gives one, else the payoff's sign."""
+    scores: dict[str, float] = field(default_factory=dict)
+    """The game's own scores of the seat (``Rollout.scores``)."""
 
     @classmethod
     def of(cls, seat: str, rollout: Rollout, order: tuple[int, int] = (0, 0)) -> PlayedGame:
         steps = rollout.steps_of(seat)
-        return cls(seat, rollout.outcome.get(seat, 0.0), len(steps),
-                   sum(not step.info.get("invalid_move", False) for step in steps),
-                   opponent_forfeited(seat, rollout), order)
+        payoff = rollout.outcome.get(seat, 0.0)
+        return cls(seat, payoff, len(steps), sum(not step.info.get("invalid_move", False) for step in steps),
+                   opponent_forfeited(seat, rollout), order, result_of(rollout, [seat], payoff),
+                   dict(rollout.scores.get(seat, {})))
 
 
 def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, opponent: str, agents: list[str],
@@ -289,7 +301,7 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
     seat_wins: dict[str, list[float]] = {a: [] for a in agents}
     seat_payoffs: dict[str, list[float]] = {a: [] for a in agents}
     for g in games:
-        seat_wins[g.seat].append(float(g.payoff > 0))
+        seat_wins[g.seat].append(float(g.result == "win"))
         seat_payoffs[g.seat].append(g.payoff)
     per_seat_payoff = {}
     for seat, values in seat_payoffs.items():
@@ -298,13 +310,18 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
             per_seat_payoff[seat] = (seat_mean, low, high)
     legal, moves = sum(g.legal_moves for g in games), sum(g.moves for g in games)
     mean, ci = bootstrap_mean_interval(payoffs, seed=seed)
+    scores = {}
+    for key in dict.fromkeys(key for g in games for key in g.scores):  # the first game's order
+        values = [g.scores[key] for g in games if key in g.scores]
+        score_mean, (low, high) = bootstrap_mean_interval(values, seed=seed)
+        scores[key] = (score_mean, low, high)
     return EvalResult(
         policy=policy,
         opponent=opponent,
         games=len(games),
-        wins=sum(p > 0 for p in payoffs),
-        draws=sum(p == 0 for p in payoffs),
-        losses=sum(p < 0 for p in payoffs),
+        wins=sum(g.result == "win" for g in games),
+        draws=sum(g.result == "draw" for g in games),
+        losses=sum(g.result == "loss" for g in games),
         payoff_mean=mean,
         payoff_ci=ci,
         legal_move_rate=legal / max(moves, 1),
@@ -313,6 +330,7 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
         excludes_opponent_forfeits=exclude_opponent_forfeits,
         payoffs=payoffs,
         per_seat_payoff=per_seat_payoff,
+        scores=scores,
     )
 
 
