@@ -165,6 +165,10 @@ class SerializedWorker(RolloutWorker):
         return self.inner.max_adapters
 
     @property
+    def adapter_slots(self) -> int | None:
+        return self.inner.adapter_slots
+
+    @property
     def policy_version(self) -> int:
         return self.inner.policy_version
 

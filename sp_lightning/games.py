@@ -153,6 +153,11 @@ class OpponentSampler:
     def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
         raise NotImplementedError
 
+    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
+        """The seats of a batch's games, in turn (a sampler that must see the whole batch, as the
+        league's cluster sampling does, overrides this)."""
+        return [self.seats(game, rng) for game in games]
+
     def observe(self, rollouts: list) -> None:
         pass
 

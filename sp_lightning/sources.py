@@ -75,7 +75,7 @@ class GameMix(EpisodeSource):
 
     def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
         games = [self.pick_game(rng) for _ in range(size)]
-        episodes = [game.episode(self.opponents.seats(game, rng)) for game in games]
+        episodes = [game.episode(seats) for game, seats in zip(games, self.opponents.batch_seats(games, rng))]
         return [EpisodeRequest(episode, rng.randrange(2**31)) for episode in episodes]
 
     def observe(self, rollouts: list) -> None:

@@ -59,3 +59,51 @@ def test_finished_games_become_rating_matches_and_win_rates():
     fresh = LeagueSampler()
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state
+
+
+def _diplomacy_league(sampler, checkpoints=12):
+    """Only checkpoints in the league's draws (every bucket weight on peers), a seven-seat game."""
+    from sp_lightning.league.matchmaking import MatchmakingSettings
+
+    sampler.matchmaker.settings = MatchmakingSettings(bucket_weights={"peer": 1.0})
+    league = [LEARNER_RECORD] + [_checkpoint(s, 1000) for s in range(10, 10 * checkpoints + 1, 10)]
+    sampler.refresh(league, LEARNER_RECORD)
+    return GameSettings(id="diplomacy_v1")
+
+
+def test_a_batch_needing_more_checkpoints_than_the_backend_serves_reuses_the_ones_drawn_first():
+    """Eight seven-power games draw up to 48 checkpoint seats; with 3 adapter slots the batch
+    seats exactly the first 3 distinct checkpoints drawn, every seat that drew another gets a
+    copy of one of them, the learner keeps its one seat per game, and the buckets drawn stay."""
+    import pytest
+
+    pytest.importorskip("diplomacy")
+    free, clustered = LeagueSampler(), LeagueSampler()
+    game = _diplomacy_league(free)
+    _diplomacy_league(clustered)
+    clustered.adapter_slots = 3
+    seatings_free = free.batch_seats([game] * 8, random.Random(5))
+    seatings = clustered.batch_seats([game] * 8, random.Random(5))
+    drawn = [str(p) for s in seatings_free for p in s.values() if p.kind == "checkpoint"]
+    first_three = list(dict.fromkeys(drawn))[:3]
+    assert len(set(drawn)) > 3, "without a limit the batch needs more than three adapters"
+    seated = [str(p) for s in seatings for p in s.values() if p.kind == "checkpoint"]
+    assert set(seated) == set(first_three) and len(seated) == len(drawn) == 48
+    assert all([p.kind for p in s.values()].count("learner") == 1 for s in seatings)
+    assert [str(p) for p in seatings[0].values()][:2] == [str(p) for p in seatings_free[0].values()][:2]
+    assert clustered.step_buckets == free.step_buckets and clustered.clustered_batches == 1
+    assert free.clustered_batches == 0
+
+
+def test_a_batch_within_the_backend_s_slots_is_drawn_as_without_a_limit():
+    import pytest
+
+    pytest.importorskip("diplomacy")
+    free, limited = LeagueSampler(), LeagueSampler()
+    game = _diplomacy_league(free, checkpoints=2)
+    _diplomacy_league(limited, checkpoints=2)
+    limited.adapter_slots = 2
+    rng_free, rng_limited = random.Random(7), random.Random(7)
+    assert limited.batch_seats([game] * 8, rng_limited) == free.batch_seats([game] * 8, rng_free)
+    assert rng_free.random() == rng_limited.random(), "nothing more drawn"
+    assert limited.clustered_batches == 0

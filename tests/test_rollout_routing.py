@@ -114,6 +114,7 @@ def test_mixed_policies_share_one_call_and_match_each_policy_served_alone(policy
 def test_a_call_holds_at_most_max_adapters_checkpoints_and_max_batch_size_rows(policy, tmp_path):
     model, tok = policy
     worker = HFRolloutWorker(model, tok, max_batch_size=4, max_adapters=2)
+    assert worker.adapter_slots == 2, "what the league's cluster sampling keeps a batch within"
     refs = [PolicyRef("checkpoint", n) for n in "abc"] + [LEARNER] * 5
     calls = worker._calls(refs)
     assert sorted(i for call in calls for i in call) == list(range(len(refs)))

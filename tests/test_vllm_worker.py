@@ -133,6 +133,7 @@ def test_several_learners_are_served_each_as_its_own_adapter_in_one_batch():
     _perturb_adapter(module.model, 0.3, seed=5)
     worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=4, dtype="float32", enforce_eager=True,
                                max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES})
+    assert worker.adapter_slots == 2, "an engine step's four LoRA slots, less the two learners'"
     first, second = PolicyRef("learner", "first"), PolicyRef("learner", "second")
     try:
         for version in (0, 1):
@@ -233,6 +234,7 @@ def two_slots(served, tmp_path_factory):
     worker = VLLMRolloutWorker(module.model, module.tokenizer, max_loras=2, dtype="float32", enforce_eager=True,
                                max_model_len=512, engine_kwargs={"kv_cache_memory_bytes": KV_CACHE_BYTES},
                                base_as_adapter=None, adapter_dir=str(tmp_path_factory.mktemp("two_slots")))
+    assert worker.adapter_slots == 1, "the learner's adapter takes one of the two: the league seats one checkpoint"
     send_weights(worker, module.model, 0)
     yield worker
     worker.close()

@@ -101,6 +101,7 @@ class LeagueCallback(L.Callback):
                 pl_module.adapter_twins(self.main, name)
         exact.check_games(self.settings, self.engine.games)
         self.sync.attach(self.engine.worker, lead=trainer.global_rank == 0)
+        self.sampler.adapter_slots = self.engine.worker.adapter_slots  # its batches fit the backend
         news = self.sync.start(self._start_news() if self.sync.lead else None)
         self.sync.serve_league(news)
         self._seat(news.best_responses)
@@ -133,6 +134,7 @@ class LeagueCallback(L.Callback):
         self._reset_exploiters(pl_module, news.resets)
         self._seat(news.best_responses)
         metrics = dict(news.metrics)
+        metrics["league/clustered_batches"] = float(self.sampler.clustered_batches)  # this rank's
         metrics.update(self._refresh(news.league, step))
         pl_module.log_dict(metrics, batch_size=1)
 

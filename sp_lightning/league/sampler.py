@@ -71,6 +71,8 @@ class LeagueSampler(OpponentSampler):
         self.exploiter_refs = ({name: PolicyRef(PolicyKind.LEARNER, name) for name in exploiters.names().values()}
                                if exploiters is not None else {})
         self.exploiter_results: list[tuple[str, float]] = []  # (exploiter, its payoff) of this batch
+        self.adapter_slots: int | None = None  # the worker's (set when training starts): see batch_seats
+        self.clustered_batches = 0  # batches whose checkpoints batch_seats had to cluster
 
     # ---- the league view (from the callback) --------------------------------------------------
     def refresh(self, agents: list, learner, step: int | None = None) -> None:
@@ -122,6 +124,33 @@ class LeagueSampler(OpponentSampler):
         for agent in agents:
             seats[agent] = LEARNER if agent == learner_seat else self._policy_of(next(others))
         return seats
+
+    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
+        """Each game's seats as :meth:`seats` draws them, then, when the batch's games together
+        seat more distinct checkpoints than the rollout backend serves at once
+        (``adapter_slots``, set from the worker when training starts), cluster sampling over the
+        batch: the first ``adapter_slots`` distinct checkpoints in the order they were drawn stay,
+        and each seat drawn another checkpoint gets a copy of one of the checkpoints already
+        seated, chosen uniformly among those seats (so a checkpoint drawn more often is copied
+        more often: PFSP's weights among the kept ones). A seven-power table under
+        ``max_loras: 3`` (the learner's adapter and two more) reads ``[hero, A, A, A, B, B, B]``.
+        Bots, the base model and the learner's seats are untouched, and so is the mix of PFSP
+        buckets (a copied seat keeps the bucket it was drawn from). A batch within the limit is
+        exactly what :meth:`seats` drew, and draws nothing more from ``rng``."""
+        seatings = [self.seats(game, rng) for game in games]
+        slots = self.adapter_slots
+        drawn = [(seating, agent) for seating in seatings for agent, policy in seating.items()
+                 if policy.kind is PolicyKind.CHECKPOINT]
+        if slots is None or len({seating[agent] for seating, agent in drawn}) <= slots:
+            return seatings
+        kept: list[PolicyRef] = []  # the checkpoint of every seat that keeps or got one, in turn
+        for seating, agent in drawn:
+            policy = seating[agent]
+            if policy not in kept and len(set(kept)) >= slots:
+                seating[agent] = policy = rng.choice(kept)
+            kept.append(policy)
+        self.clustered_batches += 1
+        return seatings
 
     def _candidates_for(self, game: str) -> list[Candidate]:
         """The members that can sit in a game of ``game``: all of them, but for another game's
@@ -194,6 +223,7 @@ class LeagueSampler(OpponentSampler):
             "win_rates": dict(self.win_rates),
             "rotation": dict(self.rotation),
             "coverage": self.coverage.state_dict(),
+            "clustered_batches": self.clustered_batches,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -201,6 +231,7 @@ class LeagueSampler(OpponentSampler):
         self.win_rates = dict(state["win_rates"])
         self.rotation = defaultdict(int, state["rotation"])
         self.coverage.load_state_dict(state["coverage"])
+        self.clustered_batches = int(state.get("clustered_batches", 0))  # absent from checkpoints before it
 
 
 def _mean_payoffs(opponents: list[tuple[str, str]], outcome: dict[str, float]) -> dict[str, float]:

@@ -113,6 +113,10 @@ class RolloutWorker(ABC):
     max_adapters: int | None = None
     """Most checkpoint adapters held at once; more are reloaded from disk as they are asked for
     (None: no limit of the worker's own)."""
+    adapter_slots: int | None = None
+    """Distinct checkpoint adapters one batch of generation serves together beside the learners'
+    own: a batch that needs more pays reloads or extra passes, so the league's cluster sampling
+    keeps each training batch within it (``LeagueSampler.batch_seats``). None: no limit."""
 
     # ---- state every backend keeps --------------------------------------------------------------
     policy_version: int = 0

@@ -107,6 +107,7 @@ class HFRolloutWorker(RolloutWorker):
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.max_adapters = max_adapters
+        self.adapter_slots = max_adapters  # a call mixes at most this many checkpoints (see _calls)
         self.policy_version = 0
         self.generated_tokens = 0  # running count, for throughput metrics
         self.adapter_paths: dict[str, str] = {}

@@ -151,6 +151,9 @@ class VLLMRolloutWorker(RolloutWorker):
         self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         self.max_lora_rank = max_lora_rank
         self.max_adapters = max_cpu_loras or max_loras  # vLLM's CPU cache of adapters (its LRU)
+        # an engine step serves max_loras adapters: the learners' take theirs first
+        learners = len(learner_names(model)) if peft_config is not None else 0
+        self.adapter_slots = max(1, max_loras - learners)
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._owns_root = adapter_dir is None
