@@ -123,6 +123,10 @@ CASES = [
     (_evaluate("--games_per_seat", "0"), ["--games_per_seat: expected >= 1, got 0"]),
     (_evaluate("--games_per_seat", "many"), ["--games_per_seat: expected an int, got many"]),
     (_evaluate("--learner", "nobody"), ["--learner nobody: no such learner"]),
+    (_evaluate("--player", "bot:nobody"), ["--player bot:nobody: no such bot", "bot:random"]),
+    (_evaluate("--player", "learner"), ["--player learner: expected bot:<name> or base"]),
+    (_evaluate("--player", "bot:random", "--checkpoint", "{f}/kuhn/last.ckpt"), ["--player bot:random: plays instead",
+                                                                                  "drop --checkpoint"]),
     (_evaluate("--output", "{f}/no_dir/out.json"), ["--output {f}/no_dir/out.json: directory", "does not exist"]),
     # ---- crossplay, rollout, play ----
     (["crossplay", "--config", TTT, "--league", "{f}/league_missing"], ["--league {f}/league_missing: no league.json"]),

@@ -54,6 +54,16 @@ def test_evaluate_several_checkpoints_prints_a_table_and_repeats_exactly(tmp_pat
     assert evaluate_main([*common, "--checkpoint", first, "--seed", "12"])["tictactoe_v1"] != entry
 
 
+def test_a_bot_plays_the_evaluated_seats_with_player(capsys):
+    """``--player bot:random`` against RandomBot on the same seats: a yardstick's own figures,
+    labelled with its name, with no model move among them."""
+    report = evaluate_main(["--config", TICTACTOE, "--games_per_seat", "30", "--player", "bot:random",
+                            "--opponent", "bot:random", "--seed", "3"])["tictactoe_v1"]
+    assert report["games"] == 60 and 0.2 < report["tictactoe_v1/win_rate"] < 0.8
+    assert report["tictactoe_v1/legal_move_rate"] == 1.0
+    assert any(line.startswith("bot:random  tictactoe_v1") for line in capsys.readouterr().out.splitlines())
+
+
 def test_games_lost_by_an_opponent_forfeit_can_be_left_out(tiny_policy):
     """The untrained model as the opponent under the forfeit rule loses many games by its own
     invalid move: left out, they leave the other games' figures, and are still counted."""

@@ -28,6 +28,9 @@ def add_flags(parser) -> None:
     parser.add_argument("--learner", type=str | None, default=None,
                         help="with several learners (model.learners): the one evaluated, in every seat (default: "
                              "each seat's own learner)")
+    parser.add_argument("--player", type=str | None, default=None,
+                        help="bot:<name> | base: play it in the evaluated seats instead of the policy (a "
+                             "yardstick's own figures on the same games and seats); not with --checkpoint or --learner")
     parser.add_argument("--games_per_seat", type=int, default=500)
     parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
     parser.add_argument("--exclude_opponent_forfeits", type=bool, default=False,
@@ -85,6 +88,17 @@ def check_players(ours, engine) -> None:
                 raise UserError(f"--opponent {ours.opponent}: no directory {policy.name!r}; expected "
                                 f"checkpoint:<peft adapter directory>")
             check_adapter_dir(policy.name, "--opponent")
+    if ours.player:
+        player = parse_policy(ours.player, "--player")
+        if player.kind not in (PolicyKind.BOT, PolicyKind.BASE):
+            raise UserError(f"--player {ours.player}: expected bot:<name> or base (a checkpoint is evaluated with "
+                            f"--checkpoint)")
+        if player.kind is PolicyKind.BOT and not engine.has_bot(player.name):
+            raise UserError(f"--player {ours.player}: no such bot; expected one of "
+                            f"{', '.join('bot:' + name for name in engine.bot_names())}")
+        if ours.checkpoint != [None] or ours.learner:
+            raise UserError(f"--player {ours.player}: plays instead of the policy; drop "
+                            f"{'--checkpoint' if ours.checkpoint != [None] else '--learner'}")
     if ours.learner and ours.learner not in names:
         have = f"model.learners names {', '.join(names)}" if names else "the config has one learner: drop --learner"
         raise UserError(f"--learner {ours.learner}: no such learner; {have}")
@@ -104,12 +118,14 @@ def _evaluate_all(ours, module, datamodule):
     tested = parse_policy(f"learner:{ours.learner}" if ours.learner else "learner", "--learner")
     if ours.learner:
         engine.learners.resolve(tested, "")  # a name the run has, or the error that lists them
+    if ours.player:
+        tested = parse_policy(ours.player, "--player")
     sampling, env_overrides = engine.eval_sampling(), engine.eval.env_overrides()
     for checkpoint in ours.checkpoint:
         if checkpoint:
             module.load_policy_weights(checkpoint)
             datamodule.send_weights(module)
-        label = checkpoint or "untrained"
+        label = ours.player or checkpoint or "untrained"
         report = reports[label] = {}
         for game in engine.games:
             match = Match(game, tested, opponent, ours.games_per_seat, ours.seed, env_overrides)
