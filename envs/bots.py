@@ -11,7 +11,7 @@ import string
 import numpy as np
 
 from .bargaining import BargainerBot  # game-specific bots live with their game
-from .diplomacy import PlannerBot
+from .diplomacy import DiplomacyRandomBot, PlannerBot
 from .tictactoe import PerfectBot, TacticalBot
 
 _PRINTABLE = string.printable
@@ -78,7 +78,7 @@ class ChaosBot:
 
 
 BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot, "tictactoe_perfect": PerfectBot,
-        "bargainer": BargainerBot, "diplomacy_planner": PlannerBot}
+        "bargainer": BargainerBot, "diplomacy_planner": PlannerBot, "diplomacy_random": DiplomacyRandomBot}
 """``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
 play only that game."""
 

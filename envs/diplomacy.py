@@ -428,11 +428,19 @@ class PlannerBot:
     def act(self, observation: str, legal_actions: list[str]) -> str:
         if not legal_actions:
             raise ValueError("PlannerBot.act needs at least one legal action, got an empty list")
-        power, owners, options = _read_decision(observation)
+        power, owners, decisions, numbered = _read_decisions(observation)
         targets = {sc for sc in self.map.scs if owners.get(sc) != power}
         self._walks: dict[tuple[str, str], int] = {}  # this decision's walks: every option asks for its unit's
-        scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in options]
-        return f"[{1 + max(range(len(options)), key=scores.__getitem__)}]"
+        if numbered:  # orders="unit": the number of the best option
+            options = decisions[0]
+            scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in options]
+            return f"[{1 + max(range(len(options)), key=scores.__getitem__)}]"
+        chosen: list[str] = []  # orders="power": the best order of each decision, an order per line
+        for options in decisions:
+            if free := _not_taken(options, chosen):
+                scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in free]
+                chosen.append(free[max(range(len(free)), key=scores.__getitem__)])
+        return "\n".join(chosen)
 
     __call__ = act
 
@@ -484,17 +492,58 @@ class PlannerBot:
         return 99
 
 
-def _read_decision(observation: str) -> tuple[str, dict[str, str], list[str]]:
-    """(the power, each owned centre's owner, the orders offered) from a diplomacy_v1 view."""
+class DiplomacyRandomBot:
+    """Uniformly random legal orders for ``diplomacy_v1`` in either order mode (the generic
+    RandomBot, given a power's one listed move ``[hold]``, would only hold): with ``orders="unit"``
+    a random listed option, with ``orders="power"`` a random legal order for each of the power's
+    units (builds on distinct sites), an order per line. Registered as ``bot:diplomacy_random``."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observation: str, legal_actions: list[str]) -> str:
+        if not legal_actions:
+            raise ValueError("DiplomacyRandomBot.act needs at least one legal action, got an empty list")
+        _, _, decisions, numbered = _read_decisions(observation)
+        if numbered:
+            return legal_actions[int(self.rng.integers(len(legal_actions)))]
+        chosen: list[str] = []
+        for options in decisions:
+            if free := _not_taken(options, chosen):
+                chosen.append(free[int(self.rng.integers(len(free)))])
+        return "\n".join(chosen)
+
+    __call__ = act
+
+
+def _not_taken(options: list[str], chosen: list[str]) -> list[str]:
+    """``options`` less those a power's earlier orders of the phase rule out: a build's or a
+    disband's site already used, and every build once it waived (a waive ends its builds).
+    Empty when nothing is left: the decision then gets no line (and takes its first option)."""
+    if "WAIVE" in chosen:
+        return []
+    used = {order.split()[1][:3] for order in chosen if order.split()[-1] in ("B", "D")}
+    return [o for o in options if o == "WAIVE" or o.split()[-1] not in ("B", "D") or o.split()[1][:3] not in used]
+
+
+def _read_decisions(observation: str) -> tuple[str, dict[str, str], list[list[str]], bool]:
+    """(the power, each owned centre's owner, the options of each decision it is asked, whether
+    they are numbered) from a diplomacy_v1 view: one numbered decision with ``orders="unit"``,
+    every decision of the power's phase with ``orders="power"``."""
     power = re.search(r"You are ([A-Z]+)\.", observation)
     centres = re.search(r"^Supply centres: (.*)$", observation, re.M)
     offered = re.search(r"^Order for [^:]+: (.*)$", observation, re.M)
-    if power is None or centres is None or offered is None:
+    asked = observation.split("\nGive your orders, one per line", 1)
+    if power is None or centres is None or (offered is None and len(asked) == 1):
         raise ValueError(f"expected a diplomacy_v1 observation with an order to give, got {observation[:120]!r}")
     owners = {sc: owner for owner, held in re.findall(r"([A-Z]+) \d+ \(([A-Z ]*)\)", centres.group(1))
               for sc in held.split()}
-    options = [o.strip() for o in re.split(r"\s*\[\d+\]\s*", offered.group(1)) if o.strip()]
-    return power.group(1), owners, options
+    if offered is not None:
+        options = [o.strip() for o in re.split(r"\s*\[\d+\]\s*", offered.group(1)) if o.strip()]
+        return power.group(1), owners, [options], True
+    lines = asked[1].splitlines()[1:]  # after the instruction: "<unit or build>: order | order ..."
+    decisions = [[o.strip() for o in line.split(": ", 1)[1].split(" | ")] for line in lines if ": " in line]
+    return power.group(1), owners, decisions, False
 
 
-__all__ = ["DiplomacyEnv", "DiplomacyRules", "PlannerBot", "POWERS"]
+__all__ = ["DiplomacyEnv", "DiplomacyRandomBot", "DiplomacyRules", "PlannerBot", "POWERS"]
