@@ -139,6 +139,21 @@ RECIPES = {
         "exact": "league/exploitability/learner",
         "bars": ">= 0.85 wins vs bot:random; >= 60% draws vs the perfect player",
     },
+    # seven-power Diplomacy: the learner as one power (each in turn) against six planners and
+    # against six random powers, beside the untrained policy and the planner itself in the same
+    # seats; the run's last checkpoint (no selection); 286 games per seat = 2002 games
+    "diplomacy_league_tiny": {
+        "config": "configs/diplomacy_league_tiny.yaml",
+        "opponents": ["bot:diplomacy_planner", "bot:random"],
+        "game": "diplomacy_v1",
+        "checkpoint": "last",
+        "games_per_seat": 286,
+        "untrained": True,
+        "players": ["bot:diplomacy_planner"],
+        "scores": ["centres"],
+        "league": "runs/diplomacy_league_tiny/league/league.json",
+        "bars": "fit <= 20 min; the trained hero's mean centres above the untrained policy's, intervals apart",
+    },
 }
 CHECKS = {  # --recipes names that run a benchmark of their own, once: (script, its flags, takes --out)
     "exploiter_check": ("exploiter_check.py", ["--game", "kuhn_poker"], True),
@@ -197,18 +212,24 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
         raise RuntimeError(f"{name} seed {seed}: no {kept}.ckpt under {work}/runs (see {work}/fit.log)")
     import torch
 
-    games_per_seat = spec.get("games_per_seat", games_per_seat)
+    games_per_seat = games_per_seat or spec.get("games_per_seat", 1000)  # the flag wins (a smoke run)
     chosen_at = torch.load(best[0], map_location="cpu", weights_only=False)["global_step"]
     result = {"recipe": name, "seed": seed, "fit_seconds": round(fit_seconds, 1), "result_step": chosen_at,
               "eval_seed": EVAL_SEED, "games_per_seat": games_per_seat, "against": {}}
-    # with per-seat learners, the untrained policy is the baseline each learner improves on
-    checkpoints = {"": best[0], "untrained": None} if spec.get("per_seat") else {"": best[0]}
+    # with per-seat learners, the untrained policy is the baseline each learner improves on; a
+    # yardstick bot played in the same seats (``players``) gives the figures beside them
+    untrained = spec.get("per_seat") or spec.get("untrained")
+    checkpoints = {"": best[0], "untrained": None} if untrained else {"": best[0]}
+    checkpoints.update({player: player for player in spec.get("players", [])})
     for label, checkpoint in checkpoints.items():
         for opponent in spec["opponents"]:
-            path = os.path.join(work, f"eval-{label}{opponent.replace(':', '_')}.json")
+            path = os.path.join(work, f"eval-{label.replace(':', '_')}{opponent.replace(':', '_')}.json")
             exact = spec.get("exploitability") or spec.get("exact")
-            flags = ["--exploitability", "true"] if exact and opponent == spec["opponents"][0] else []
-            flags += ["--checkpoint", checkpoint] if checkpoint else []
+            flags = ["--exploitability", "true"] if exact and opponent == spec["opponents"][0] and not label else []
+            if label in spec.get("players", []):
+                flags += ["--player", checkpoint]
+            elif checkpoint:
+                flags += ["--checkpoint", checkpoint]
             subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
                             "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path,
                             *flags], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -221,6 +242,11 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
             result["against" if not label else label + "_against"] = {
                 **result.get("against" if not label else label + "_against", {}), opponent: figures}
     runs = os.path.join(work, "runs")
+    if spec.get("league"):  # the league's ratings at the end of the run
+        with open(os.path.join(work, spec["league"])) as f:
+            agents = json.load(f)["agents"]
+        result["league_ratings"] = {a: {"elo": round(r["elo"], 1), "mu": round(r["mu"], 2), "sigma": round(r["sigma"], 2)}
+                                    for a, r in sorted(agents.items(), key=lambda item: -item[1]["elo"])}
     if spec.get("exploitability"):
         result["exploitability_curve"] = curve = scalars(runs, spec["exploitability"])
         result["exploitability_last_quarter_mean"] = last_quarter_mean(curve)
@@ -241,7 +267,7 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
 
 
 def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
-    games = 2 * results[0]["games_per_seat"] if results else 0
+    games = results[0]["against"][spec["opponents"][0]]["games"] if results else 0  # every seat's
     overlays = " ".join(f"+ `{o}`" for o in spec.get("overlays", []))
     lines = [f"### `{spec['config']}` {overlays} {' '.join(spec.get('fit_flags', []))}", "",
              f"Commit {sha}; training seeds {', '.join(str(r['seed']) for r in results)}; {games} games per "
@@ -264,6 +290,11 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
         for seat, learner in spec["per_seat"].items():
             head += f" {learner} ({seat}) payoff vs {spec['opponents'][0]} | untrained |"
             rule += "---|---|"
+    if spec.get("scores"):
+        labels = ["trained", *(["untrained"] if spec.get("untrained") else []), *spec.get("players", [])]
+        head += "".join(f" {key} ({label}) vs {opponent} |" for opponent in spec["opponents"]
+                        for label in labels for key in spec["scores"])
+        rule += "---|" * (len(spec["opponents"]) * len(labels) * len(spec["scores"]))
     lines += [head, rule]
     for r in results:
         row = f"| {r['seed']} | {r['fit_seconds'] / 60:.1f} min | {r['result_step']} |"
@@ -278,6 +309,15 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
                     f" {r['exploiter_successes']:.0f} | {r['exploiter_resets']:.0f} |")
         if spec.get("exact"):
             row += f" {r['exact_at_result']:.3f} | {r['exact_last']:.3f} | {r['exact_last_quarter_mean']:.3f} |"
+        if spec.get("scores"):
+            runs = {"trained": "against", "untrained": "untrained_against",
+                    **{player: player + "_against" for player in spec.get("players", [])}}
+            labels = ["trained", *(["untrained"] if spec.get("untrained") else []), *spec.get("players", [])]
+            for opponent in spec["opponents"]:
+                for label in labels:
+                    for key in spec["scores"]:
+                        m = r[runs[label]][opponent]
+                        row += f" {m[key]:.2f} [{m[key + '_ci_low']:.2f}, {m[key + '_ci_high']:.2f}] |"
         for seat in spec.get("per_seat", {}):
             for m in (r["against"][spec["opponents"][0]], r["untrained_against"][spec["opponents"][0]]):
                 row += (f" {m[f'payoff_{seat}']:+.3f} [{m[f'payoff_{seat}_ci_low']:+.3f}, "
@@ -293,7 +333,8 @@ def main() -> None:
                              "learned exploiter against a league's agents beside their exact exploitability), "
                              "proposer_solver_check, bargaining_reference; each once")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--games_per_seat", type=int, default=1000)
+    parser.add_argument("--games_per_seat", type=int, default=None,
+                        help="games per seat of every evaluation (default: the recipe's, else 1000)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(ROOT, "runs", "reproduce"), type=os.path.abspath)
     parser.add_argument("--fit_flags", nargs=argparse.REMAINDER, default=[],

@@ -326,3 +326,26 @@ def test_the_league_config_seats_the_learner_as_one_power_among_six_league_membe
     assert {a for m in matches for a in m["agents"]} - {"learner"} <= set(league["agents"])
     (metrics,) = tmp_path.glob("**/metrics.csv")
     assert "val/diplomacy_v1/payoff" in metrics.read_text()
+
+
+def test_the_gpu_league_config_s_game_plays_with_its_baselines_a_call_per_power():
+    """``configs/diplomacy_league_qwen3_vllm_gpu.yaml`` (not run here: it needs a GPU and vLLM):
+    its game settings build, its baselines are bots the league knows, and a game of its length
+    with those bots in every seat gives every power legal orders per line to the year cap."""
+    import os
+
+    import yaml
+
+    from sp_lightning.league.settings import baseline_policy
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "configs", "diplomacy_league_qwen3_vllm_gpu.yaml")) as f:
+        config = yaml.safe_load(f)
+    (game,) = config["data"]["games"]
+    policies = [baseline_policy(b) for b in config["data"]["league"]["baselines"]]
+    assert policies == ["base", "bot:diplomacy_random", "bot:diplomacy_planner"]
+    env = DiplomacyEnv(**game["env_kwargs"])
+    assert env.orders == "power" and env.game_info.moves == ("[hold]",)
+    bots = {a: BOTS[policies[1 + i % 2].removeprefix("bot:")](seed=i) for i, a in enumerate(env.possible_agents)}
+    phases = _play(env, 0, bots)
+    assert phases[-1].startswith(("F1904", "W1904")) and sum(env.invalid_moves.values()) == 0
