@@ -51,6 +51,10 @@ def test_evaluate_several_checkpoints_prints_a_table_and_repeats_exactly(tmp_pat
     assert len(rows) == 2 and rows[0] == rows[1]  # evaluated again after `second` was loaded
     # the same checkpoint evaluated twice in the run (after another was loaded): the same figures
     assert evaluate_main([*common, "--checkpoint", first, "--seed", "11"])["tictactoe_v1"] == entry
+    # "" after a checkpoint is the untrained policy again, not the checkpoint left loaded
+    after = evaluate_main([*common, "--checkpoint", second, "", "--seed", "11"])
+    assert after[second] == report[second] != after["untrained"]
+    assert after["untrained"] == evaluate_main([*common, "--seed", "11"])
     assert evaluate_main([*common, "--checkpoint", first, "--seed", "12"])["tictactoe_v1"] != entry
 
 

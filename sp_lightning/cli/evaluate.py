@@ -21,7 +21,7 @@ from sp_lightning.errors import UserError
 def add_flags(parser) -> None:
     parser.add_argument("--checkpoint", nargs="+", default=[None],
                         help="Lightning .ckpt or peft adapter dir of the policy, or several (each evaluated in "
-                             "turn on the same games); none: the untrained policy")
+                             "turn on the same games); none, or \"\" among them: the untrained policy")
     parser.add_argument("--opponent", type=str | None, default=None,
                         help="bot:<name> | base | checkpoint:<adapter dir> | remote:<name of data.remote_models> "
                              "(default: the config's data.eval.opponent)")
@@ -121,10 +121,17 @@ def _evaluate_all(ours, module, datamodule):
     if ours.player:
         tested = parse_policy(ours.player, "--player")
     sampling, env_overrides = engine.eval_sampling(), engine.eval.env_overrides()
+    untrained = {name: p.detach().clone() for name, p in module.named_parameters() if p.requires_grad}
+    loaded = False
     for checkpoint in ours.checkpoint:
         if checkpoint:
             module.load_policy_weights(checkpoint)
             datamodule.send_weights(module)
+            loaded = True
+        elif loaded:  # the untrained policy ("") after a checkpoint: its own weights back
+            module.load_state_dict(untrained, strict=False)
+            datamodule.send_weights(module)
+            loaded = False
         label = ours.player or checkpoint or "untrained"
         report = reports[label] = {}
         for game in engine.games:
