@@ -223,17 +223,24 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
     checkpoints.update({player: player for player in spec.get("players", [])})
     for label, checkpoint in checkpoints.items():
         for opponent in spec["opponents"]:
-            path = os.path.join(work, f"eval-{label.replace(':', '_')}{opponent.replace(':', '_')}.json")
+            name_of = f"eval-{label.replace(':', '_')}{opponent.replace(':', '_')}"
+            path = os.path.join(work, f"{name_of}.json")
+            if label:  # the untrained policy (the config's own seed) and a bot: the same games for every seed
+                shared = os.path.join(os.path.dirname(work), "shared", f"{name_of}-{games_per_seat}x{EVAL_SEED}.json")
+                path = shared
             exact = spec.get("exploitability") or spec.get("exact")
             flags = ["--exploitability", "true"] if exact and opponent == spec["opponents"][0] and not label else []
             if label in spec.get("players", []):
                 flags += ["--player", checkpoint]
             elif checkpoint:
                 flags += ["--checkpoint", checkpoint]
-            subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
-                            "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output", path,
-                            *flags], cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=True)
+            if not os.path.exists(path):  # a shared figure is measured once
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
+                                "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output",
+                                path + ".partial", *flags], cwd=work, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, check=True)
+                os.replace(path + ".partial", path)
             with open(path) as f:
                 metrics = json.load(f)[spec["game"]]
             game = spec["game"]
