@@ -12,7 +12,8 @@ best one), read from the run's TensorBoard events.
     python benchmarks/reproduce_results.py --recipes tictactoe_tiny --seeds 0 --out /tmp/r
 
 Prints one Markdown table per recipe (with the commit, seeds and games) and writes
-``results.json`` beside the runs. A fit is timed as it runs; on a shared machine, note the load.
+``results-<seeds>.json`` beside the runs (one process per seed can share ``--out``: the figures
+that do not depend on the training seed are measured once). A fit is timed as it runs; on a shared machine, note the load.
 """
 
 from __future__ import annotations
@@ -234,13 +235,23 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
                 flags += ["--player", checkpoint]
             elif checkpoint:
                 flags += ["--checkpoint", checkpoint]
-            if not os.path.exists(path):  # a shared figure is measured once
+            if label:  # a shared figure is measured once: by the first process to claim it, if several run
                 os.makedirs(os.path.dirname(path), exist_ok=True)
+                try:
+                    os.close(os.open(path + ".claimed", os.O_CREAT | os.O_EXCL))
+                    measure = True
+                except FileExistsError:
+                    measure = False
+            else:
+                measure = True
+            if measure:
                 subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
                                 "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output",
                                 path + ".partial", *flags], cwd=work, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=True)
                 os.replace(path + ".partial", path)
+            while not os.path.exists(path):  # another process measures it
+                time.sleep(5)
             with open(path) as f:
                 metrics = json.load(f)[spec["game"]]
             game = spec["game"]
@@ -361,7 +372,7 @@ def main() -> None:
             results.append(run_recipe(name, RECIPES[name], seed, args.out, args.games_per_seat, args.threads,
                                       args.fit_flags))
             everything["results"].append(results[-1])
-            with open(os.path.join(args.out, "results.json"), "w") as f:
+            with open(os.path.join(args.out, f"results-{'-'.join(map(str, args.seeds))}.json"), "w") as f:
                 json.dump(everything, f, indent=1)
             print(f"{name} seed {seed}: {json.dumps({k: v for k, v in results[-1].items() if not k.endswith('_curve')})}",
                   flush=True)
