@@ -430,17 +430,15 @@ class PlannerBot:
             raise ValueError("PlannerBot.act needs at least one legal action, got an empty list")
         power, owners, decisions, numbered = _read_decisions(observation)
         targets = {sc for sc in self.map.scs if owners.get(sc) != power}
-        self._walks: dict[tuple[str, str], int] = {}  # this decision's walks: every option asks for its unit's
-        if numbered:  # orders="unit": the number of the best option
-            options = decisions[0]
+        self._walks = {}  # this decision's walks: every option asks for its unit's
+
+        def best(options: list[str]) -> int:
             scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in options]
-            return f"[{1 + max(range(len(options)), key=scores.__getitem__)}]"
-        chosen: list[str] = []  # orders="power": the best order of each decision, an order per line
-        for options in decisions:
-            if free := _not_taken(options, chosen):
-                scores = [self._score(order, targets, owners) + float(self.rng.random()) * 1e-3 for order in free]
-                chosen.append(free[max(range(len(free)), key=scores.__getitem__)])
-        return "\n".join(chosen)
+            return max(range(len(options)), key=scores.__getitem__)
+
+        if numbered:  # orders="unit": the number of the best option
+            return f"[{1 + best(decisions[0])}]"
+        return _per_line(decisions, lambda free: free[best(free)])
 
     __call__ = act
 
@@ -507,13 +505,19 @@ class DiplomacyRandomBot:
         _, _, decisions, numbered = _read_decisions(observation)
         if numbered:
             return legal_actions[int(self.rng.integers(len(legal_actions)))]
-        chosen: list[str] = []
-        for options in decisions:
-            if free := _not_taken(options, chosen):
-                chosen.append(free[int(self.rng.integers(len(free)))])
-        return "\n".join(chosen)
+        return _per_line(decisions, lambda free: free[int(self.rng.integers(len(free)))])
 
     __call__ = act
+
+
+def _per_line(decisions: list[list[str]], pick) -> str:
+    """A power's answer with ``orders="power"``: ``pick(free options)`` for each decision in turn,
+    an order per line, skipping a decision its earlier orders left nothing for (``_not_taken``)."""
+    chosen: list[str] = []
+    for options in decisions:
+        if free := _not_taken(options, chosen):
+            chosen.append(pick(free))
+    return "\n".join(chosen)
 
 
 def _not_taken(options: list[str], chosen: list[str]) -> list[str]:
