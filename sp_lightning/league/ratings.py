@@ -33,6 +33,15 @@ def ranks_from_scores(scores: list[float]) -> list[int]:
     return [sum(other > score for other in scores) for score in scores]
 
 
+def mean_by_agent(agent_ids: list[str], scores: list[float]) -> dict[str, float]:
+    """Each agent's mean score over the seats it held in one game (in order of first seat): a
+    league member drawn into several seats of a seven-power table counts once, by its mean."""
+    seats: dict[str, list[float]] = {}
+    for agent_id, score in zip(agent_ids, scores):
+        seats.setdefault(agent_id, []).append(score)
+    return {agent_id: sum(own) / len(own) for agent_id, own in seats.items()}
+
+
 def pool_matches(matches: list[tuple[list[str], list[float]]],
                  games_per_match: int) -> list[tuple[list[str], list[float]]]:
     """Games of the same agents pooled into rated matches of up to ``games_per_match`` games each,

@@ -47,7 +47,7 @@ from filelock import FileLock
 
 from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files
 
-from .ratings import TrueSkillRatings, elo_update, ranks_from_scores
+from .ratings import TrueSkillRatings, elo_update, mean_by_agent, ranks_from_scores
 
 SCHEMA_VERSION = 1
 AGENT_TYPES = ("baseline", "checkpoint", "fixed", "learner", "best_response")
@@ -303,15 +303,13 @@ class LeagueRegistry:
         """An agent in several seats of a match (a league member drawn twice for a seven-power
         table, or mirror play) is rated once, by its mean score over its seats: it is never rated
         against itself, and a match of one agent alone rates nobody."""
-        seats: dict[str, list[float]] = {}
-        for agent_id, score in zip(match.agents, match.scores):
-            seats.setdefault(agent_id, []).append(score)
-        for agent_id in seats:
+        means = mean_by_agent(match.agents, match.scores)
+        for agent_id in means:
             state.agents[agent_id].matches += 1
-        if len(seats) < 2:
+        if len(means) < 2:
             return
-        records = [state.agents[agent_id] for agent_id in seats]
-        scores = [sum(own) / len(own) for own in seats.values()]
+        records = [state.agents[agent_id] for agent_id in means]
+        scores = list(means.values())
         try:
             new = self.trueskill.rate([[(r.mu, r.sigma)] for r in records],
                                       ranks_from_scores(scores))

@@ -20,7 +20,7 @@ from sp_lightning.league import best_responses
 from sp_lightning.league.exploration import NGramCoverage
 from sp_lightning.league.matchmaking import KINDS, MIRROR_ID, Candidate, LearnerInfo, Matchmaker, MatchmakingSettings
 from sp_lightning.league.messages import RankReport
-from sp_lightning.league.ratings import TrueSkillRatings
+from sp_lightning.league.ratings import TrueSkillRatings, mean_by_agent
 from sp_lightning.types import LEARNER, LEARNER_ID, PolicyKind, PolicyRef, Rollout, parse_policy
 
 
@@ -146,7 +146,7 @@ class LeagueSampler(OpponentSampler):
         kept: list[PolicyRef] = []  # the checkpoint of every seat that keeps or got one, in turn
         for seating, agent in drawn:
             policy = seating[agent]
-            if policy not in kept and len(set(kept)) >= slots:
+            if policy not in kept and len(set(kept)) >= slots:  # a few dozen seats: no index needed
                 seating[agent] = policy = rng.choice(kept)
             kept.append(policy)
         self.clustered_batches += 1
@@ -194,7 +194,8 @@ class LeagueSampler(OpponentSampler):
             opponents = [(a, self.policy_ids[str(p)]) for a, p in seats.items() if p.kind is not PolicyKind.LEARNER]
             bucket = self._bucket_of(opponents[0][1])
             self.step_results.append((bucket, learner_payoff))
-            for opponent_id, payoff in _mean_payoffs(opponents, rollout.outcome).items():
+            payoffs = mean_by_agent([i for _, i in opponents], [rollout.outcome.get(a, 0.0) for a, _ in opponents])
+            for opponent_id, payoff in payoffs.items():
                 # a win is a better result than the opponent's (its mean over its seats): in a
                 # two-player zero-sum game, a positive payoff; at a seven-power table, more centres
                 score = 1.0 if learner_payoff > payoff else 0.5 if learner_payoff == payoff else 0.0
@@ -233,10 +234,3 @@ class LeagueSampler(OpponentSampler):
         self.coverage.load_state_dict(state["coverage"])
         self.clustered_batches = int(state.get("clustered_batches", 0))  # absent from checkpoints before it
 
-
-def _mean_payoffs(opponents: list[tuple[str, str]], outcome: dict[str, float]) -> dict[str, float]:
-    """Each opponent's mean payoff over the seats it held, from ``(seat, opponent id)`` pairs."""
-    seats: dict[str, list[float]] = {}
-    for agent, opponent_id in opponents:
-        seats.setdefault(opponent_id, []).append(outcome.get(agent, 0.0))
-    return {opponent_id: sum(payoffs) / len(payoffs) for opponent_id, payoffs in seats.items()}
