@@ -80,9 +80,7 @@ def check_players(ours, engine) -> None:
         if policy.kind is PolicyKind.LEARNER and policy.name and policy.name not in names:
             raise UserError(f"--opponent {ours.opponent}: no such learner; expected one of "
                             f"{', '.join('learner:' + name for name in names) or 'learner (the config has one)'}")
-        if policy.kind is PolicyKind.BOT and not engine.has_bot(policy.name):
-            raise UserError(f"--opponent {ours.opponent}: no such bot; expected one of "
-                            f"{', '.join('bot:' + name for name in engine.bot_names())}")
+        _check_bot(engine, policy, f"--opponent {ours.opponent}")
         if policy.kind is PolicyKind.CHECKPOINT:
             if not os.path.isdir(policy.name):
                 raise UserError(f"--opponent {ours.opponent}: no directory {policy.name!r}; expected "
@@ -93,15 +91,21 @@ def check_players(ours, engine) -> None:
         if player.kind not in (PolicyKind.BOT, PolicyKind.BASE):
             raise UserError(f"--player {ours.player}: expected bot:<name> or base (a checkpoint is evaluated with "
                             f"--checkpoint)")
-        if player.kind is PolicyKind.BOT and not engine.has_bot(player.name):
-            raise UserError(f"--player {ours.player}: no such bot; expected one of "
-                            f"{', '.join('bot:' + name for name in engine.bot_names())}")
+        _check_bot(engine, player, f"--player {ours.player}")
         if ours.checkpoint != [None] or ours.learner:
             raise UserError(f"--player {ours.player}: plays instead of the policy; drop "
                             f"{'--checkpoint' if ours.checkpoint != [None] else '--learner'}")
     if ours.learner and ours.learner not in names:
         have = f"model.learners names {', '.join(names)}" if names else "the config has one learner: drop --learner"
         raise UserError(f"--learner {ours.learner}: no such learner; {have}")
+
+
+def _check_bot(engine, policy, flag: str) -> None:
+    """A ``bot:<name>`` the run has, or the error that lists the ones it has."""
+    from sp_lightning.types import PolicyKind
+
+    if policy.kind is PolicyKind.BOT and not engine.has_bot(policy.name):
+        raise UserError(f"{flag}: no such bot; expected one of {', '.join('bot:' + n for n in engine.bot_names())}")
 
 
 def _evaluate_all(ours, module, datamodule):
