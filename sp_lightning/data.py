@@ -12,8 +12,9 @@ so each batch is generated right before the step that trains on it (on-policy). 
 rank plays its own games (seeded by rank) and yields one batch per step, so ranks stay in step.
 The validation set holds one item per game: the played validation of that game, ``eval.games``
 games against the evaluation opponent split evenly over the seats (``Engine.validate``), whose
-metrics the module logs. Data flows one way: the module reads what the batches and validation
-items carry and never reads the engine.
+metrics the module logs; the games of ``eval.held_out`` follow, played and never trained on.
+Data flows one way: the module reads what the batches and validation items carry and never
+reads the engine.
 
 What the engine needs from training reaches it through callbacks the DataModule installs when it
 sets up (LightningDataModule has no ``configure_callbacks``; they are added to the Trainer's
@@ -60,8 +61,9 @@ class _RolloutStream(IterableDataset):
 
 
 class _Validations(IterableDataset):
-    """One item per game of the run: its validation, played when the item is drawn (after the
-    weight path has sent the weights being validated).
+    """One item per game validated (the training games, then ``data.eval.held_out``): its
+    validation, played when the item is drawn (after the weight path has sent the weights being
+    validated).
 
     Its length is known so that Lightning's loop does not prefetch: an iterable of unknown length
     is read one item ahead when the loop starts, before ``on_validation_start``, and the first
@@ -71,11 +73,11 @@ class _Validations(IterableDataset):
         self.engine = engine
 
     def __len__(self) -> int:
-        return len(self.engine.games)
+        return len(self.engine.validations())
 
     def __iter__(self):
-        for game in self.engine.games:
-            yield self.engine.validate(game, f"val/{game.name}")
+        for game, prefix, opponents, games in self.engine.validations():
+            yield self.engine.validate(game, prefix, opponents, games)
 
 
 class EngineHooks(L.Callback):
@@ -134,7 +136,8 @@ class SelfPlayDataModule(L.LightningDataModule):
             sampling: How the rollout worker samples completions (every request's, unless a role's
                 or a policy's own overrides it).
             credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | EpisodicRewardCredit | Constant).
-            eval: Evaluation against a fixed opponent at each validation.
+            eval: Evaluation against a fixed opponent at each validation (and on held-out games:
+                ``eval.held_out``).
             seed: Seed of the game schedule (deals, seats, opponents).
             opponents: Who sits in each seat of a training episode (class_path:
                 sp_lightning.games.FixedMix, the games' own opponent mix, by default). A league

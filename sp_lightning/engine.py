@@ -40,7 +40,7 @@ from sp_lightning.batch import Batch
 from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
-from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
+from sp_lightning.games import FixedMix, GameSettings, HeldOutGame, OpponentSampler
 from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker
@@ -84,10 +84,19 @@ class EvalSettings:
     down to a multiple of its seats), alongside the training games and with the same weights.
     They give no training records and are logged as ``online_eval/<game>/...`` (see
     sp_lightning.evaluation.online). 0 turns them off."""
+    held_out: list[HeldOutGame] = field(default_factory=list)
+    """Games validated and evaluated beside the training games and never trained on, each
+    against its own opponent (``data.eval.opponent`` where it names none), ``games`` games each:
+    transfer to games the policy never played, logged as ``val/held_out/<game>/...``."""
 
     def __post_init__(self):
         if not isinstance(self.online_games, int) or self.online_games < 0:
             raise ValueError(f"data.eval.online_games: expected an int >= 0, got {self.online_games!r}")
+        names = [held.id for held in self.held_out]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"data.eval.held_out: {', '.join(twice)} listed twice; expected each game once "
+                             f"(its figures are named by the game)")
 
     def env_overrides(self) -> dict[str, Any]:
         """Env settings of evaluation games: the eval invalid-move policy, if one is set."""
@@ -115,7 +124,8 @@ class EngineSettings:
     league: LeagueSettings | None = None
 
 
-def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan) -> None:
+def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan,
+                    key: str = "data.games") -> None:
     """Refuse, before any game is played, a run whose answers cannot hold a move: a game's move
     takes more tokens under this tokenizer than the sampling of one of its seats (the run's, the
     seat's role's or a policy's own) lets the policy write. With the tiny model that means the
@@ -131,7 +141,7 @@ def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan
         if lengths[longest] > max_new_tokens:
             raise ValueError(
                 f"{key}: {max_new_tokens} token(s) cannot hold move {longest!r} of "
-                f"data.games[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
+                f"{key}[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
                 f"max_new_tokens, or with model: tiny add {game.id!r} to model.policy.tiny.games so that its "
                 f"moves are single tokens"
             )
@@ -193,6 +203,8 @@ def check_named_policies(settings: EngineSettings, bots, learners: Learners | No
     named.append(("data.eval.opponent", parse_policy(settings.eval.opponent, "data.eval.opponent")))
     named += [("data.eval.also_against", parse_policy(spec, "data.eval.also_against"))
               for spec in settings.eval.also_against]
+    named += [(f"data.eval.held_out[{index}].opponent", parse_policy(held.opponent, "data.eval.held_out.opponent"))
+              for index, held in enumerate(settings.eval.held_out) if held.opponent]
     names = [name for name in (learners.names if learners is not None else []) if name]
     for key, policy in named:
         if policy.kind is PolicyKind.BOT and policy.name not in bots:
@@ -220,7 +232,11 @@ class Engine:
                  fit: bool = False, learners: Learners | None = None):
         for index, game in enumerate(settings.games):
             game.check(f"data.games[{index}]")
+        held_out = [held.game for held in settings.eval.held_out]
+        for index, game in enumerate(held_out):
+            game.check(f"data.eval.held_out[{index}]")
         check_moves_fit(settings.games, tokenizer, settings.sampling)
+        check_moves_fit(held_out, tokenizer, settings.sampling, "data.eval.held_out")
         check_league_learners(settings.league, learners)
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)
@@ -298,27 +314,40 @@ class Engine:
         """The sampling of evaluation games: the training plan at the eval temperature."""
         return self.sampling.at_temperature(self.eval.temperature)
 
-    def validate(self, game: GameSettings, prefix: str) -> tuple[dict[str, float], str]:
-        """The learner against the evaluation opponent in ``game`` (``data.eval``), and its
-        exploitability where asked and the game has it: the metrics under ``prefix`` and a line
-        that says them."""
+    def validations(self) -> list[tuple[GameSettings, str, list[str], int]]:
+        """What validation plays, ``(game, metric prefix, opponents, games)``: each training game
+        against ``data.eval.opponent`` and ``also_against``, then each held-out game against its own."""
+        trained = [(game, f"val/{game.name}", [self.eval.opponent, *self.eval.also_against], self.eval.games)
+                   for game in self.games]
+        held_out = [(held.game, f"val/held_out/{held.game.name}", [held.opponent_or(self.eval.opponent)],
+                     held.games or self.eval.games) for held in self.eval.held_out]
+        return trained + held_out
+
+    def validate(self, game: GameSettings, prefix: str, opponents: list[str] | None = None,
+                 games: int | None = None) -> tuple[dict[str, float], str]:
+        """The learner against the evaluation opponents in ``game`` (``data.eval.opponent`` and
+        ``also_against`` unless ``opponents`` are given; ``data.eval.games`` games unless
+        ``games``), and its exploitability where asked and the game has it: the metrics under
+        ``prefix`` and a line that says them."""
         from sp_lightning.evaluation.matches import Match, play_matches, summarize
         from sp_lightning.evaluation.strategy import exploitability_metrics
 
         metrics: dict[str, float] = {}
         lines = []
-        for index, opponent in enumerate([self.eval.opponent, *self.eval.also_against]):
+        held_out = "/held_out/" in prefix
+        for index, opponent in enumerate(opponents or [self.eval.opponent, *self.eval.also_against]):
             # each rank plays its share of the games (every world_size-th of each seat, with the
             # seeds they have in the whole match); the results are counted over every rank
-            match = Match(game, LEARNER, opponent, max(1, self.eval.games // len(game.agents)), self.eval.seed,
-                          self.eval.env_overrides(), shard=(self.rank, self.world_size))
+            per_seat = max(1, (games or self.eval.games) // len(game.agents))
+            match = Match(game, LEARNER, opponent, per_seat, self.eval.seed, self.eval.env_overrides(),
+                          shard=(self.rank, self.world_size))
             (rollouts,) = play_matches(self.worker, [match], self.eval_sampling(), self.eval.seed, self.remotes,
                                        self.learners)
             played = sorted((g for part in distributed.gather(match.played(rollouts)) for g in part),
                             key=lambda g: g.order)
             result = summarize(played, str(match.tested), match.label, game.agents, seed=self.eval.seed)
             metrics.update(result.as_metrics(prefix if index == 0 else f"{prefix}/vs/{opponent_label(opponent)}"))
-            lines.append(f"{game.name} vs {opponent}: {result.summary()}")
+            lines.append(f"{game.name}{' (held out)' if held_out else ''} vs {opponent}: {result.summary()}")
         line = "; ".join(lines)
         whole = self.learners.whole()  # exploitability reads one strategy for the whole game
         if self.eval.exploitability and whole is not None:

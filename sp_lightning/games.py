@@ -142,6 +142,38 @@ class GameSettings:
         return rng.choices(policies, weights=weights)[0]
 
 
+@dataclass
+class HeldOutGame:
+    """A game a run validates and evaluates its policy on and never trains on
+    (``data.eval.held_out``): transfer to a game the policy did not play in training, as
+    Unstable Baselines keeps ``evaluation_envs`` apart from ``training_envs`` and SPIRAL measures
+    transfer to games it never trained on. Its figures read ``val/held_out/<game>/...``."""
+
+    id: str
+    """A registered game id (see envs.GAMES) or a class path, as in ``data.games``."""
+    opponent: str | None = None
+    """Who the policy plays there: ``bot:<name>``, ``base``, ``checkpoint:<adapter dir>`` or
+    ``remote:<name>``; null: ``data.eval.opponent``."""
+    games: int | None = None
+    """Games a validation plays, split evenly over the seats; null: ``data.eval.games``."""
+    env_kwargs: dict = field(default_factory=dict)
+    system_prompt: str | None = None
+    template: str = "plain"
+    template_args: dict = field(default_factory=dict)
+    max_turns: int = 500
+
+    def __post_init__(self):
+        if self.games is not None and (not isinstance(self.games, int) or self.games < 1):
+            raise ValueError(f"data.eval.held_out[{self.id}].games: expected an int >= 1 or null, got {self.games!r}")
+        self.game = GameSettings(id=self.id, env_kwargs=self.env_kwargs, system_prompt=self.system_prompt,
+                                 template=self.template, template_args=self.template_args,
+                                 max_turns=self.max_turns)
+
+    def opponent_or(self, default: str) -> str:
+        """Its own opponent, or the run's evaluation opponent (``default``) where it names none."""
+        return self.opponent or default
+
+
 class OpponentSampler:
     """Decides who sits in which seat of each training episode (``data.opponents``).
 

@@ -91,6 +91,11 @@ CASES = [
     (_fit("--data.games", '[{"id": "chess_v9"}]'), ["data.games[0] (chess_v9)", "unknown game 'chess_v9'"]),
     (_fit("--data.games", '[{"id": "tictactoe_v1", "opponents": {"learner:nobody": 1}}]'),
      ["data.games[0].opponents: no learner named 'nobody'"]),
+    (_fit("--data.eval.held_out", '[{"id": "chess_v9"}]'), ["data.eval.held_out[0] (chess_v9)", "unknown game"]),
+    (_fit("--data.eval.held_out", '[{"id": "connect_four_v1", "opponent": "bot:nobody"}]'),
+     ["data.eval.held_out[0].opponent: no bot named 'nobody'"]),
+    (_fit("--data.eval.held_out", '[{"id": "connect_four_v1"}, {"id": "connect_four_v1"}]'),
+     ["data.eval.held_out: connect_four_v1 listed twice"]),
     (_fit("--data.remote_models", '{"judge": {"model": "m", "base_url": "ftp://x"}}'),
      ["remote model 'm': base_url must start with http:// or https://, got 'ftp://x'"]),
     # ---- fit: files ----

@@ -96,9 +96,9 @@ def test_validate_plays_every_game_with_the_checkpoint_weights(tmp_path, monkeyp
     seen = []
     validate = Engine.validate
 
-    def recording_validate(self, game, prefix):
+    def recording_validate(self, game, prefix, opponents=None, games=None):
         seen.append(sum(float(p.abs().sum()) for n, p in self.worker.model.named_parameters() if "lora_B" in n))
-        return validate(self, game, prefix)
+        return validate(self, game, prefix, opponents, games)
 
     monkeypatch.setattr(Engine, "validate", recording_validate)
     main(["validate", *_args("tictactoe_tiny.yaml", tmp_path, 2), "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt")])

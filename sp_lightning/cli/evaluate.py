@@ -6,7 +6,9 @@ opponent, seeds of your choice. Prints a table with 95% intervals and returns (a
 A checkpoint is a Lightning ``.ckpt`` or a peft adapter directory (none: the untrained policy);
 the opponent is ``bot:<name>``, ``base``, ``checkpoint:<adapter dir>`` or ``remote:<name>`` of
 ``data.remote_models``. The games are played as validation plays them (``data.eval``:
-invalid-move rule, temperature), on the seeds given here.
+invalid-move rule, temperature), on the seeds given here: the training games against the
+opponent, then the held-out games (``data.eval.held_out``, reported as ``held_out/<game>``)
+each against its own opponent unless ``--opponent`` names one for all.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def _evaluate_all(ours, module, datamodule):
 
     engine = datamodule.engine
     worker = engine.worker
-    opponent = serve_policy(worker, ours.opponent or engine.eval.opponent)  # an adapter directory: by its name
+    plan, opponent = _plan(ours, engine, lambda spec: serve_policy(worker, spec))
     reports, rows = {}, []
     tested = parse_policy(f"learner:{ours.learner}" if ours.learner else "learner", "--learner")
     if ours.learner:
@@ -138,25 +140,44 @@ def _evaluate_all(ours, module, datamodule):
             loaded = False
         label = ours.player or checkpoint or "untrained"
         report = reports[label] = {}
-        for game in engine.games:
-            match = Match(game, tested, opponent, ours.games_per_seat, ours.seed, env_overrides)
+        for game, name, against in plan:
+            match = Match(game, tested, against, ours.games_per_seat, ours.seed, env_overrides)
             result, _ = play(worker, match, Serving(sampling, engine.remotes, engine.learners,
                                                     ours.exclude_opponent_forfeits))
-            entry = {**result.as_metrics(game.name), "games": result.games}
-            print(f"{game.name}: {label} vs {opponent}, seed {ours.seed}: {result.summary()}")
-            rows.append((label, game.name, result))
+            entry = {**result.as_metrics(name), "games": result.games}
+            print(f"{name}: {label} vs {against}, seed {ours.seed}: {result.summary()}")
+            rows.append((label, name if against == opponent else f"{name} vs {against}", result))
             if ours.exploitability:
                 whole = tested if ours.learner else engine.learners.whole()
                 if whole is None:
                     raise ValueError("--exploitability: each seat has its own learner here; name the one to "
                                      "read with --learner")
-                exploit_metrics, exploit = exploitability_metrics(worker, game, game.name, whole)
+                exploit_metrics, exploit = exploitability_metrics(worker, game, name, whole)
                 entry.update(exploit_metrics)
                 if exploit is not None:
-                    print(f"{game.name}: exploitability {exploit.exploitability:.4f} (legal mass "
+                    print(f"{name}: exploitability {exploit.exploitability:.4f} (legal mass "
                           f"{exploit.legal_mass_mean:.3f}, min {exploit.legal_mass_min:.3f})")
-            report[game.name] = entry
+            report[name] = entry
     return reports, rows, opponent
+
+
+def _plan(ours, engine, serve_policy) -> tuple[list, str]:
+    """``(game, name, opponent)`` for each game evaluated, and the opponent as served: the training
+    games against ``--opponent`` (or ``data.eval.opponent``), then each held-out game, named
+    ``held_out/<game>``, against its own unless ``--opponent`` names one for all. Each opponent is
+    served once (an adapter directory is registered, then played by its name)."""
+    served: dict[str, str] = {}
+
+    def serve(spec: str) -> str:
+        if spec not in served:
+            served[spec] = serve_policy(spec)
+        return served[spec]
+
+    opponent = serve(ours.opponent or engine.eval.opponent)
+    plan = [(game, game.name, opponent) for game in engine.games]
+    plan += [(held.game, f"held_out/{held.game.name}", serve(ours.opponent or held.opponent_or(engine.eval.opponent)))
+             for held in engine.eval.held_out]
+    return plan, opponent
 
 
 def results_table(rows: list, caption: str) -> str:

@@ -1,0 +1,63 @@
+"""Games apart from training (``data.eval.held_out``): validated and evaluated beside the training
+games, each against its own opponent, never trained on, and without a trace in training (the
+same run with and without them trains the same weights)."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from sp_lightning.cli import main
+from sp_lightning.cli.evaluate import main as evaluate
+from tests.helpers import tensorboard_events
+
+KUHN = os.path.join(os.path.dirname(__file__), "..", "configs", "kuhn_poker_tiny.yaml")
+HELD_OUT = json.dumps([{"id": "kuhn_poker_3p_v1", "opponent": "bot:random"}])
+
+
+def _fit(root, *extra: str) -> dict:
+    """Four steps of Kuhn Poker, validation (6 games a game) at steps 2 and 4: the last
+    checkpoint's weights."""
+    main(["fit", "--config", KUHN, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2",
+          "--trainer.default_root_dir", str(root), "--trainer.logger.init_args.save_dir", str(root),
+          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                              "init_args": {"dirpath": str(root / "ckpt"), "filename": "last"}}]),
+          "--data.episodes_per_batch", "8", "--data.eval.games", "6", "--model.update_epochs", "1", *extra])
+    return torch.load(root / "ckpt" / "last.ckpt", weights_only=False)
+
+
+@pytest.mark.slow
+def test_a_held_out_game_is_validated_against_its_own_opponent_and_leaves_training_as_it_was(tmp_path, capsys):
+    with_held_out = _fit(tmp_path / "held_out", "--data.eval.held_out", HELD_OUT)
+    out = capsys.readouterr().out
+    assert "kuhn_poker_3p_v1 (held out) vs bot:random: 6 games" in out  # 2 per seat of three
+    assert "kuhn_poker_v1 vs bot:random" in out
+    events = tensorboard_events(tmp_path / "held_out" / "tb")
+    tags = set(events.Tags()["scalars"])
+    assert {"val/held_out/kuhn_poker_3p_v1/payoff", "val/held_out/kuhn_poker_3p_v1/legal_move_rate",
+            "val/kuhn_poker_v1/payoff"} <= tags
+    assert len(events.Scalars("val/held_out/kuhn_poker_3p_v1/payoff")) == 2  # steps 2 and 4
+    assert not any(tag.startswith("games/kuhn_poker_3p") for tag in tags), "a held-out game was trained on"
+
+    alone = _fit(tmp_path / "alone")
+    assert with_held_out["global_step"] == alone["global_step"] == 4
+    trained = with_held_out["state_dict"]
+    assert trained.keys() == alone["state_dict"].keys()
+    assert all(torch.equal(trained[k], alone["state_dict"][k]) for k in trained), \
+        "validating a held-out game changed what training did"
+
+
+@pytest.mark.slow
+def test_evaluate_reports_held_out_games_against_their_own_opponent_unless_one_is_given(tmp_path, capsys):
+    base = ["--config", KUHN, "--games_per_seat", "3", "--seed", "7",
+            "--data.eval.held_out", json.dumps([{"id": "kuhn_poker_3p_v1", "opponent": "bot:chaos"}])]
+    report = evaluate(base)
+    out = capsys.readouterr().out
+    assert set(report) == {"kuhn_poker_v1", "held_out/kuhn_poker_3p_v1"}
+    assert report["held_out/kuhn_poker_3p_v1"]["games"] == 9  # 3 per seat of three
+    assert "held_out/kuhn_poker_3p_v1: untrained vs bot:chaos" in out
+    assert "kuhn_poker_v1: untrained vs bot:random" in out
+    assert "held_out/kuhn_poker_3p_v1 vs bot:chaos" in out  # its own opponent, named in the table
+    evaluate([*base, "--opponent", "bot:random"])
+    assert "held_out/kuhn_poker_3p_v1: untrained vs bot:random" in capsys.readouterr().out
