@@ -244,6 +244,11 @@ class Engine:
 
         for game in settings.games:  # a checkpoint directory in an opponent mix: registered, served by name
             game.serve_checkpoint_dirs(lambda policy: serve_policy(backend, policy))
+        # evaluation opponents given as adapter directories (checkpoint:<dir>): registered once,
+        # served by name in every validation
+        specs = [settings.eval.opponent, *settings.eval.also_against,
+                 *(held.opponent for held in settings.eval.held_out if held.opponent)]
+        self.eval_opponents = {spec: serve_policy(backend, spec) for spec in dict.fromkeys(specs)}
         self.settings = settings
         self.games = settings.games
         self.sampling = settings.sampling
@@ -339,7 +344,8 @@ class Engine:
             # each rank plays its share of the games (every world_size-th of each seat, with the
             # seeds they have in the whole match); the results are counted over every rank
             per_seat = max(1, (games or self.eval.games) // len(game.agents))
-            match = Match(game, LEARNER, opponent, per_seat, self.eval.seed, self.eval.env_overrides(),
+            served = self.eval_opponents.get(opponent, opponent)
+            match = Match(game, LEARNER, served, per_seat, self.eval.seed, self.eval.env_overrides(),
                           shard=(self.rank, self.world_size))
             (rollouts,) = play_matches(self.worker, [match], self.eval_sampling(), self.eval.seed, self.remotes,
                                        self.learners)

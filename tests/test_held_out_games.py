@@ -61,3 +61,24 @@ def test_evaluate_reports_held_out_games_against_their_own_opponent_unless_one_i
     assert "held_out/kuhn_poker_3p_v1 vs bot:chaos" in out  # its own opponent, named in the table
     evaluate([*base, "--opponent", "bot:random"])
     assert "held_out/kuhn_poker_3p_v1: untrained vs bot:random" in capsys.readouterr().out
+
+
+def test_a_held_out_game_can_be_played_against_an_adapter_directory(tmp_path):
+    """``opponent: checkpoint:<adapter dir>``: registered with the worker once, played by name."""
+    from sp_lightning import build_from_config
+
+    module, _ = build_from_config("--config", KUHN)
+    module.save_adapter(tmp_path / "target")
+    held_out = json.dumps([{"id": "kuhn_poker_3p_v1", "opponent": f"checkpoint:{tmp_path / 'target'}", "games": 3}])
+    module, dm = build_from_config("--config", KUHN, "--data.eval.held_out", held_out)
+    engine = dm.build_engine(module)
+    assert engine.worker.adapter_paths["target"] == str(tmp_path / "target")
+    engine.start()
+    try:
+        (game, prefix, opponents, games), = engine.validations()[1:]
+        metrics, line = engine.validate(game, prefix, opponents, games)
+    finally:
+        engine.close()
+    assert prefix == "val/held_out/kuhn_poker_3p_v1" and games == 3
+    assert f"kuhn_poker_3p_v1 (held out) vs checkpoint:{tmp_path / 'target'}: 3 games" in line
+    assert 0.0 <= metrics["val/held_out/kuhn_poker_3p_v1/legal_move_rate"] <= 1.0
