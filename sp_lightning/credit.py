@@ -77,6 +77,7 @@ Where this departs from the papers:
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -85,6 +86,8 @@ from itertools import groupby
 from typing import Any
 
 from sp_lightning.types import PolicyKind, Rollout, Step
+
+log = logging.getLogger(__name__)
 
 
 StepKey = tuple[str, int]
@@ -232,6 +235,7 @@ class GRPO(CreditAssigner):
         self.eps = eps
         self.group_by = tuple(group_by)
         self.last_stats: dict[str, float] = {}
+        self._warned = False
 
     def group_key(self, rollout: Rollout, step: Step) -> tuple:
         """Steps with equal keys compete with each other. Override to group differently."""
@@ -244,6 +248,13 @@ class GRPO(CreditAssigner):
             groups[self.group_key(rollout, step)].append((key, step_return(rollout, step)))
 
         advantages: dict[StepKey, float] = {}
+        alone = sum(len({key[0] for key, _ in members}) == 1 for members in groups.values())
+        if groups and alone == len(groups) and len(groups) > 1 and not self._warned:
+            self._warned = True  # once a run: a league that rotates its learner over many seats
+            log.warning("data.credit: every GRPO group of this batch holds one game (group_by %s), so the "
+                        "outcome gives no advantage: only differences inside a game (a step's own reward) "
+                        "train. Play more games per batch, drop 'role' from group_by for symmetric seats, or "
+                        "use sp_lightning.credit.RAE (a moving baseline per role)", list(self.group_by))
         for members in groups.values():
             mean, std = _mean_std([ret for _, ret in members])
             for key, ret in members:
@@ -253,7 +264,8 @@ class GRPO(CreditAssigner):
                 if self.positive_only:
                     adv = max(adv, 0.0)
                 advantages[key] = adv
-        self.last_stats = {**_advantage_stats(list(advantages.values())), "num_groups": float(len(groups))}
+        self.last_stats = {**_advantage_stats(list(advantages.values())), "num_groups": float(len(groups)),
+                           "single_game_groups": alone / len(groups) if groups else 0.0}
         return advantages
 
 

@@ -121,6 +121,29 @@ def test_grpo_groups_by_episode_and_group():
     assert credit.last_stats["num_groups"] == 3
 
 
+def test_grpo_says_when_every_group_holds_one_game(caplog):
+    """A league that seats its learner in one of seven roles, seven games a batch: each
+    (episode, role) group is one game, whose steps share one return, so the outcome gives no
+    advantage. GRPO says so once, and logs the share of such groups."""
+    rs = [rollout({f"player_{k}": float(k)}, steps=[learner(f"player_{k}"), learner(f"player_{k}")])
+          for k in range(7)]
+    credit = GRPO()
+    with caplog.at_level("WARNING", logger="sp_lightning.credit"):
+        credit.assign(rs)
+        credit.assign(rs)
+    assert advantages(rs) == pytest.approx([0.0] * 14)
+    assert credit.last_stats["single_game_groups"] == 1.0
+    assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
+    assert "every GRPO group of this batch holds one game" in caplog.records[0].message
+    assert "sp_lightning.credit.RAE" in caplog.records[0].message
+    caplog.clear()
+    pooled = [rollout({"x": 1.0}), rollout({"x": 0.0})]
+    credit = GRPO()
+    with caplog.at_level("WARNING", logger="sp_lightning.credit"):
+        credit.assign(pooled)
+    assert credit.last_stats["single_game_groups"] == 0.0 and not caplog.records
+
+
 def test_grpo_separates_levels():
     """Parents (level 0) rewards [4, 2], mean 3 -> [1, -1]. Their children share the episode
     name and role but sit at level 1, rewards [0, 10], mean 5 -> [-5, 5].
