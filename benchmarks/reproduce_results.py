@@ -246,8 +246,9 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
                 measure = True
             if measure:
                 subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
-                                "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED), "--output",
-                                path + ".partial", *flags], cwd=work, env=env, stdout=subprocess.DEVNULL,
+                                "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED),
+                                "--held_out", "false",  # the recipe's figures are the trained game's
+                                "--output", path + ".partial", *flags], cwd=work, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=True)
                 os.replace(path + ".partial", path)
             while not os.path.exists(path):  # another process measures it

@@ -49,7 +49,7 @@ def test_a_held_out_game_is_validated_against_its_own_opponent_and_leaves_traini
 
 
 @pytest.mark.slow
-def test_evaluate_reports_held_out_games_against_their_own_opponent_unless_one_is_given(tmp_path, capsys):
+def test_evaluate_reports_held_out_games_against_their_own_opponent(tmp_path, capsys):
     base = ["--config", KUHN, "--games_per_seat", "3", "--seed", "7",
             "--data.eval.held_out", json.dumps([{"id": "kuhn_poker_3p_v1", "opponent": "bot:chaos"}])]
     report = evaluate(base)
@@ -59,8 +59,15 @@ def test_evaluate_reports_held_out_games_against_their_own_opponent_unless_one_i
     assert "held_out/kuhn_poker_3p_v1: untrained vs bot:chaos" in out
     assert "kuhn_poker_v1: untrained vs bot:random" in out
     assert "held_out/kuhn_poker_3p_v1 vs bot:chaos" in out  # its own opponent, named in the table
+    # --opponent stands for data.eval.opponent: a held-out game's own opponent stays
     evaluate([*base, "--opponent", "bot:random"])
-    assert "held_out/kuhn_poker_3p_v1: untrained vs bot:random" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "held_out/kuhn_poker_3p_v1: untrained vs bot:chaos" in out
+    assert "kuhn_poker_v1: untrained vs bot:random" in out
+    # a held-out game that names no opponent plays --opponent
+    evaluate([*base, "--opponent", "bot:chaos", "--data.eval.held_out", json.dumps([{"id": "kuhn_poker_3p_v1"}])])
+    assert "held_out/kuhn_poker_3p_v1: untrained vs bot:chaos" in capsys.readouterr().out
+    assert set(evaluate([*base, "--held_out", "false"])) == {"kuhn_poker_v1"}
 
 
 def test_a_held_out_game_can_be_played_against_an_adapter_directory(tmp_path):

@@ -7,8 +7,8 @@ A checkpoint is a Lightning ``.ckpt`` or a peft adapter directory (none: the unt
 the opponent is ``bot:<name>``, ``base``, ``checkpoint:<adapter dir>`` or ``remote:<name>`` of
 ``data.remote_models``. The games are played as validation plays them (``data.eval``:
 invalid-move rule, temperature), on the seeds given here: the training games against the
-opponent, then the held-out games (``data.eval.held_out``, reported as ``held_out/<game>``)
-each against its own opponent unless ``--opponent`` names one for all.
+opponent, then the held-out games (``data.eval.held_out``, reported as ``held_out/<game>``),
+each against its own opponent (``--opponent`` where it names none).
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ def add_flags(parser) -> None:
     parser.add_argument("--player", type=str | None, default=None,
                         help="bot:<name> | base: play it in the evaluated seats instead of the policy (a "
                              "yardstick's own figures on the same games and seats); not with --checkpoint or --learner")
+    parser.add_argument("--held_out", type=bool, default=True,
+                        help="also play the config's held-out games (data.eval.held_out), each against its own "
+                             "opponent, reported as held_out/<game>")
     parser.add_argument("--games_per_seat", type=int, default=500)
     parser.add_argument("--seed", type=int, default=20261121, help="seed of deals, bots and sampling")
     parser.add_argument("--exclude_opponent_forfeits", type=bool, default=False,
@@ -163,9 +166,10 @@ def _evaluate_all(ours, module, datamodule):
 
 def _plan(ours, engine, serve_policy) -> tuple[list, str]:
     """``(game, name, opponent)`` for each game evaluated, and the opponent as served: the training
-    games against ``--opponent`` (or ``data.eval.opponent``), then each held-out game, named
-    ``held_out/<game>``, against its own unless ``--opponent`` names one for all. Each opponent is
-    served once (an adapter directory is registered, then played by its name)."""
+    games against ``--opponent`` (which stands for ``data.eval.opponent``), then (unless
+    ``--held_out false``) each held-out game, named ``held_out/<game>``, against its own opponent,
+    or ``--opponent`` where it names none. Each opponent is served once (an adapter directory is
+    registered, then played by its name)."""
     served: dict[str, str] = {}
 
     def serve(spec: str) -> str:
@@ -173,10 +177,11 @@ def _plan(ours, engine, serve_policy) -> tuple[list, str]:
             served[spec] = serve_policy(spec)
         return served[spec]
 
-    opponent = serve(ours.opponent or engine.eval.opponent)
+    spec = ours.opponent or engine.eval.opponent
+    opponent = serve(spec)
     plan = [(game, game.name, opponent) for game in engine.games]
-    plan += [(held.game, f"held_out/{held.game.name}", serve(ours.opponent or held.opponent_or(engine.eval.opponent)))
-             for held in engine.eval.held_out]
+    if ours.held_out:
+        plan += [(held.game, f"held_out/{held.game.name}", serve(held.opponent_or(spec))) for held in engine.eval.held_out]
     return plan, opponent
 
 
