@@ -52,13 +52,34 @@ def test_finished_games_become_rating_matches_and_win_rates():
     report = sampler.drain()
     assert report.exploiter_results == []  # no exploiters in this league
     assert report.matches == [([LEARNER_ID, "random_bot"], [1.0, -1.0])]
-    assert report.results == [("baseline", 1.0), ("mirror", 0.0)]
+    assert report.results == [("baseline", 2.0), ("mirror", 0.0)]  # 1 over the opponent's -1
     assert sampler.drain().matches == [], "drained: the next batch starts empty"
     assert sampler.win_rates["random_bot"] == 0.75
     state = sampler.state_dict()
     fresh = LeagueSampler()
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state
+
+
+def test_at_seven_seats_a_win_is_more_than_the_opponents_mean_not_a_positive_payoff():
+    """Every Diplomacy payoff is a share of the centres, so positive: a hero with 2 centres to the
+    others' 4 lost, one with 6 to their 3 won (league/win_rate/<type> read 1.0 for both before)."""
+    from sp_lightning.league.metrics import mix_and_win_rates
+    from sp_lightning.types import LEARNER, PolicyRef
+
+    sampler = LeagueSampler()
+    sampler.refresh(BASELINES + [LEARNER_RECORD], LEARNER_RECORD)
+    powers = [f"player_{k}" for k in range(7)]
+
+    def game(hero_centres, others_centres):
+        outcome = {p: (hero_centres if p == "player_0" else others_centres) / 34 for p in powers}
+        return Rollout("diplomacy_v1", seats={p: LEARNER if p == "player_0" else PolicyRef("bot", "random")
+                                              for p in powers}, outcome=outcome)
+
+    sampler.observe([game(2, 4), game(6, 3)])
+    report = sampler.drain()
+    assert [round(margin * 34, 6) for _, margin in report.results] == [-2.0, 3.0]
+    assert mix_and_win_rates(report.buckets, report.results)["league/win_rate/baseline"] == 0.5
 
 
 def _diplomacy_league(sampler, checkpoints=12):

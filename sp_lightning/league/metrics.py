@@ -48,7 +48,8 @@ def ratings(state: LeagueState, coverages: dict[int, float]) -> dict[str, float]
 
 def mix_and_win_rates(buckets: list[str], results: list[tuple[str, float]]) -> dict[str, float]:
     """The share of each opponent bucket among the step's seated opponents, and the learner's
-    win rate per opponent type (mirror games say nothing about it: left out)."""
+    win rate per opponent type: the share of ``results`` (bucket, the learner's payoff margin
+    over its opponents' mean) with a positive margin (mirror games say nothing about it: left out)."""
     metrics = {}
     for bucket, count in Counter(buckets).items():
         metrics[f"league/mix/{bucket}"] = count / len(buckets)

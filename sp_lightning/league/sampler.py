@@ -66,7 +66,7 @@ class LeagueSampler(OpponentSampler):
         self.rotation: dict[str, int] = defaultdict(int)
         self.pending: list[tuple[list[str], list[float]]] = []  # match results for the ratings
         self.step_buckets: list[str] = []  # the buckets of this batch's opponents (for the mix)
-        self.step_results: list[tuple[str, float]] = []  # (bucket, learner payoff) of this batch
+        self.step_results: list[tuple[str, float]] = []  # (bucket, learner payoff margin) of this batch
         self.exploiters = exploiters
         self.exploiter_refs = ({name: PolicyRef(PolicyKind.LEARNER, name) for name in exploiters.names().values()}
                                if exploiters is not None else {})
@@ -193,7 +193,11 @@ class LeagueSampler(OpponentSampler):
             learner_payoff = sum(rollout.outcome.get(a, 0.0) for a in learner_seats) / len(learner_seats)
             opponents = [(a, self.policy_ids[str(p)]) for a, p in seats.items() if p.kind is not PolicyKind.LEARNER]
             bucket = self._bucket_of(opponents[0][1])
-            self.step_results.append((bucket, learner_payoff))
+            # the learner's margin over its opponents' mean payoff: in a two-player zero-sum game
+            # twice its payoff (a win is > 0, as before); at a seven-power table, where every payoff
+            # is a share of the centres and so positive, more centres than the others' mean
+            others = sum(rollout.outcome.get(a, 0.0) for a, _ in opponents) / len(opponents)
+            self.step_results.append((bucket, learner_payoff - others))
             payoffs = mean_by_agent([i for _, i in opponents], [rollout.outcome.get(a, 0.0) for a, _ in opponents])
             for opponent_id, payoff in payoffs.items():
                 # a win is a better result than the opponent's (its mean over its seats): in a
