@@ -125,7 +125,7 @@ class EngineSettings:
 
 
 def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan,
-                    key: str = "data.games") -> None:
+                    games_key: str = "data.games") -> None:
     """Refuse, before any game is played, a run whose answers cannot hold a move: a game's move
     takes more tokens under this tokenizer than the sampling of one of its seats (the run's, the
     seat's role's or a policy's own) lets the policy write. With the tiny model that means the
@@ -141,7 +141,7 @@ def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan
         if lengths[longest] > max_new_tokens:
             raise ValueError(
                 f"{key}: {max_new_tokens} token(s) cannot hold move {longest!r} of "
-                f"{key}[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
+                f"{games_key}[{index}] ({game.id}), {lengths[longest]} tokens under this tokenizer; raise "
                 f"max_new_tokens, or with model: tiny add {game.id!r} to model.policy.tiny.games so that its "
                 f"moves are single tokens"
             )
