@@ -244,11 +244,11 @@ class Engine:
 
         for game in settings.games:  # a checkpoint directory in an opponent mix: registered, served by name
             game.serve_checkpoint_dirs(lambda policy: serve_policy(backend, policy))
-        # evaluation opponents given as adapter directories (checkpoint:<dir>): registered once,
-        # served by name in every validation
+        # evaluation opponents given as adapter directories (checkpoint:<dir>): registered here,
+        # before any game (and before a producer thread plays), then served by name (``served``)
         specs = [settings.eval.opponent, *settings.eval.also_against,
                  *(held.opponent for held in settings.eval.held_out if held.opponent)]
-        self.eval_opponents = {spec: serve_policy(backend, spec) for spec in dict.fromkeys(specs)}
+        self._served = {spec: serve_policy(backend, spec) for spec in dict.fromkeys(specs)}
         self.settings = settings
         self.games = settings.games
         self.sampling = settings.sampling
@@ -315,6 +315,17 @@ class Engine:
         return self.collector.baton.lent() if self.collector is not None else nullcontext()
 
     # ---- evaluation -------------------------------------------------------------------------
+    def served(self, spec: str):
+        """The opponent ``spec`` as the worker plays it: an adapter directory (``checkpoint:<dir>``)
+        registered once and played by its name, anything else as given. The config's evaluation
+        opponents are registered when the engine is built; another (``evaluate --opponent``) on
+        first use."""
+        if spec not in self._served:
+            from sp_lightning.evaluation.matches import serve_policy
+
+            self._served[spec] = serve_policy(self.worker, spec)
+        return self._served[spec]
+
     def eval_sampling(self) -> SamplingPlan:
         """The sampling of evaluation games: the training plan at the eval temperature."""
         return self.sampling.at_temperature(self.eval.temperature)
@@ -339,13 +350,12 @@ class Engine:
 
         metrics: dict[str, float] = {}
         lines = []
-        held_out = "/held_out/" in prefix
+        held_out = all(game is not trained for trained in self.games)
         for index, opponent in enumerate(opponents or [self.eval.opponent, *self.eval.also_against]):
             # each rank plays its share of the games (every world_size-th of each seat, with the
             # seeds they have in the whole match); the results are counted over every rank
             per_seat = max(1, (games or self.eval.games) // len(game.agents))
-            served = self.eval_opponents.get(opponent, opponent)
-            match = Match(game, LEARNER, served, per_seat, self.eval.seed, self.eval.env_overrides(),
+            match = Match(game, LEARNER, self.served(opponent), per_seat, self.eval.seed, self.eval.env_overrides(),
                           shard=(self.rank, self.world_size))
             (rollouts,) = play_matches(self.worker, [match], self.eval_sampling(), self.eval.seed, self.remotes,
                                        self.learners)

@@ -116,13 +116,13 @@ def _check_bot(engine, policy, flag: str) -> None:
 def _evaluate_all(ours, module, datamodule):
     """Every checkpoint against the opponent in every game: the reports, the table's rows, and
     the opponent as served."""
-    from sp_lightning.evaluation.matches import Match, Serving, play, serve_policy
+    from sp_lightning.evaluation.matches import Match, Serving, play
     from sp_lightning.evaluation.strategy import exploitability_metrics
     from sp_lightning.types import parse_policy
 
     engine = datamodule.engine
     worker = engine.worker
-    plan, opponent = _plan(ours, engine, lambda spec: serve_policy(worker, spec))
+    plan, opponent = _plan(ours, engine)
     reports, rows = {}, []
     tested = parse_policy(f"learner:{ours.learner}" if ours.learner else "learner", "--learner")
     if ours.learner:
@@ -164,24 +164,17 @@ def _evaluate_all(ours, module, datamodule):
     return reports, rows, opponent
 
 
-def _plan(ours, engine, serve_policy) -> tuple[list, str]:
+def _plan(ours, engine) -> tuple[list, str]:
     """``(game, name, opponent)`` for each game evaluated, and the opponent as served: the training
     games against ``--opponent`` (which stands for ``data.eval.opponent``), then (unless
     ``--held_out false``) each held-out game, named ``held_out/<game>``, against its own opponent,
-    or ``--opponent`` where it names none. Each opponent is served once (an adapter directory is
-    registered, then played by its name)."""
-    served: dict[str, str] = {}
-
-    def serve(spec: str) -> str:
-        if spec not in served:
-            served[spec] = serve_policy(spec)
-        return served[spec]
-
+    or ``--opponent`` where it names none. The engine serves each opponent (``Engine.served``)."""
     spec = ours.opponent or engine.eval.opponent
-    opponent = serve(spec)
+    opponent = engine.served(spec)
     plan = [(game, game.name, opponent) for game in engine.games]
     if ours.held_out:
-        plan += [(held.game, f"held_out/{held.game.name}", serve(held.opponent_or(spec))) for held in engine.eval.held_out]
+        plan += [(held.game, f"held_out/{held.game.name}", engine.served(held.opponent_or(spec)))
+                 for held in engine.eval.held_out]
     return plan, opponent
 
 

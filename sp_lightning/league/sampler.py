@@ -196,17 +196,16 @@ class LeagueSampler(OpponentSampler):
             # the learner's margin over its opponents' mean payoff: in a two-player zero-sum game
             # twice its payoff (a win is > 0, as before); at a seven-power table, where every payoff
             # is a share of the centres and so positive, more centres than the others' mean
-            others = sum(rollout.outcome.get(a, 0.0) for a, _ in opponents) / len(opponents)
-            self.step_results.append((bucket, learner_payoff - others))
-            payoffs = mean_by_agent([i for _, i in opponents], [rollout.outcome.get(a, 0.0) for a, _ in opponents])
-            for opponent_id, payoff in payoffs.items():
+            opponent_payoffs = [rollout.outcome.get(a, 0.0) for a, _ in opponents]
+            self.step_results.append((bucket, learner_payoff - sum(opponent_payoffs) / len(opponent_payoffs)))
+            for opponent_id, payoff in mean_by_agent([i for _, i in opponents], opponent_payoffs).items():
                 # a win is a better result than the opponent's (its mean over its seats): in a
                 # two-player zero-sum game, a positive payoff; at a seven-power table, more centres
                 score = 1.0 if learner_payoff > payoff else 0.5 if learner_payoff == payoff else 0.0
                 old = self.win_rates.get(opponent_id, 0.5)
                 self.win_rates[opponent_id] = self.win_rate_decay * old + (1 - self.win_rate_decay) * score
             ids = [LEARNER_ID] + [opponent_id for _, opponent_id in opponents]
-            scores = [learner_payoff] + [rollout.outcome.get(a, 0.0) for a, _ in opponents]
+            scores = [learner_payoff] + opponent_payoffs
             self.pending.append((ids, scores))
 
     def _bucket_of(self, agent_id: str) -> str:
