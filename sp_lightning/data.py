@@ -39,6 +39,7 @@ from sp_lightning.engine import (
 from sp_lightning.episode_log import EpisodeLogSettings
 from sp_lightning.errors import UserError
 from sp_lightning.games import FixedMix, GameSettings, OpponentSampler
+from sp_lightning.imitation import WarmStartCheckpoint, WarmStartSettings
 from sp_lightning.league.callbacks import LeagueCallback
 from sp_lightning.league.sampler import LeagueSampler
 from sp_lightning.league.settings import LeagueSettings
@@ -127,6 +128,7 @@ class SelfPlayDataModule(L.LightningDataModule):
         async_rollouts: AsyncRolloutSettings | None = None,
         sampling_by_role: dict[str, dict[str, Any]] | None = None,
         sampling_by_policy: dict[str, dict[str, Any]] | None = None,
+        warm_start: WarmStartSettings | None = None,
     ):
         """
         Args:
@@ -172,6 +174,9 @@ class SelfPlayDataModule(L.LightningDataModule):
             sampling_by_policy: A policy's own sampling, by spec (``learner:solver``,
                 ``checkpoint:<id>``) or kind (``base``, ``checkpoint``, ``learner``); it wins over
                 the role's where both set a key.
+            warm_start: Begin with ``steps`` steps of imitation of a teacher (a bot, a checkpoint, the
+                base model) playing the learner's seats, then self-play; ``warm_start.ckpt`` is kept
+                beside the run's checkpoints (sp_lightning.imitation.WarmStartSettings).
         """
         super().__init__()
         games = list(games or [])
@@ -181,6 +186,12 @@ class SelfPlayDataModule(L.LightningDataModule):
         if episodes_per_batch < 1:
             raise ValueError(f"data.episodes_per_batch: expected >= 1, got {episodes_per_batch}")
         _refuse_overridden_settings(games, opponents, league, episodes)
+        if warm_start is not None and warm_start.check() is not None and league is not None:
+            raise ValueError("data.warm_start and data.league: the league rates the learner's games, and a warm start "
+                             "seats its teacher instead; warm-start a run without the league and start the league "
+                             "from its checkpoint (model.policy.adapter_path)")
+        self.warm_start_checkpoint = (WarmStartCheckpoint(warm_start.steps)
+                                      if warm_start is not None and warm_start.steps else None)
         self.league_callback = None
         if league is not None:
             opponents = LeagueSampler.from_settings(league)
@@ -196,7 +207,7 @@ class SelfPlayDataModule(L.LightningDataModule):
             rollout=rollout if rollout is not None else DEFAULTS["rollout"],
             arena=arena if arena is not None else DEFAULTS["arena"], retry=retry or RetrySettings(),
             remote_models=dict(remote_models or {}), episode_log=episode_log or EpisodeLogSettings(),
-            async_rollouts=async_rollouts or AsyncRolloutSettings(), league=league,
+            async_rollouts=async_rollouts or AsyncRolloutSettings(), league=league, warm_start=warm_start,
         )
         self._engine: Engine | None = None
         self._restored: dict | None = None  # a checkpoint's state loaded before the engine exists
@@ -242,7 +253,8 @@ class SelfPlayDataModule(L.LightningDataModule):
         """The callbacks the ``data`` block installs, in the order they run after the Trainer's
         own: the weight path, then the league's (which reads the fresh weights, and sends them
         again after resetting an exploiter). :class:`EngineHooks` goes first of all."""
-        return [self.weight_sync] + ([self.league_callback] if self.league_callback is not None else [])
+        return ([self.weight_sync] + ([self.league_callback] if self.league_callback is not None else [])
+                + ([self.warm_start_checkpoint] if self.warm_start_checkpoint is not None else []))
 
     # ---- Lightning hooks ----------------------------------------------------------------------
     def setup(self, stage: str) -> None:

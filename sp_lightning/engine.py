@@ -41,6 +41,7 @@ from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
 from sp_lightning.games import FixedMix, GameSettings, HeldOutGame, OpponentSampler
+from sp_lightning.imitation import AnticipatoryPlay, Imitation, WarmStartSeats, WarmStartSettings
 from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker
@@ -122,6 +123,7 @@ class EngineSettings:
     episode_log: EpisodeLogSettings = field(default_factory=EpisodeLogSettings)
     async_rollouts: AsyncRolloutSettings = field(default_factory=AsyncRolloutSettings)
     league: LeagueSettings | None = None
+    warm_start: WarmStartSettings | None = None
 
 
 def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan,
@@ -153,6 +155,9 @@ def check_league_learners(league: LeagueSettings | None, learners: Learners | No
     exploiters = league.exploiters.names() if league is not None and league.exploiters is not None else {}
     if league is None or not (learners or exploiters):
         return
+    if not exploiters and learners.every_role is not None and set(learners.names) - {learners.every_role} <= set(
+            learners.imitating):
+        return  # the main agent and the imitation learners beside it (NFSP's average policy)
     if not exploiters:
         raise ValueError(f"data.league: a league trains one main agent, and model.learners names "
                          f"{len(learners.names)} ({', '.join(learners.names)}); drop model.learners, or make the "
@@ -161,7 +166,7 @@ def check_league_learners(league: LeagueSettings | None, learners: Learners | No
         raise ValueError("data.league.exploiters: the exploiters and the main agent are learners of model.learners, "
                          "the main agent the one with roles: ['*'] (e.g. model.learners: {main: {roles: ['*']}, "
                          "main_exploiter: {}})")
-    others = set(learners.names) - {learners.every_role}
+    others = set(learners.names) - {learners.every_role} - set(learners.imitating)
     if others != set(exploiters.values()):
         raise ValueError(f"data.league.exploiters: names {sorted(exploiters.values())}, and model.learners has "
                          f"{sorted(others)} beside the main agent {learners.every_role!r}; expected the same")
@@ -169,6 +174,46 @@ def check_league_learners(league: LeagueSettings | None, learners: Learners | No
     if claimed:
         raise ValueError(f"model.learners: an exploiter plays where the league seats it; give it no roles "
                          f"(got {claimed})")
+
+
+def check_teachers(learners: Learners, bots, warm_start: WarmStartSettings | None) -> None:
+    """A teacher that is a bot (an imitation learner's, a warm start's) must be one the run has."""
+    teachers = [(f"model.learners.{name}.imitate.teacher", learners.settings[name].imitate.teacher)
+                for name in learners.imitating]
+    if warm_start is not None and warm_start.steps:
+        teachers.append(("data.warm_start.teacher", warm_start.teacher))
+    for key, spec in teachers:
+        teacher = parse_policy(spec, key)
+        if teacher.kind is PolicyKind.BOT and teacher.name not in bots:
+            raise ValueError(f"{key}: no bot named {teacher.name!r}; expected one of "
+                             f"{', '.join('bot:' + b for b in sorted(bots))}")
+
+
+def install_seat_mixes(source, learners: Learners, imitation: Imitation, index_of) -> None:
+    """Over the seats ``source`` draws, once: NFSP's anticipatory mix (``imitate.anticipatory``,
+    ``imitation.AnticipatoryPlay``) and a warm start's teacher in the learner's seats
+    (``imitation.WarmStartSeats``). A source that draws no seats of ``data.games`` cannot have them."""
+    wanted = [(f"model.learners.{name}.imitate.anticipatory", name) for name in learners.imitating
+              if learners.settings[name].imitate.anticipatory is not None]
+    warming = imitation.warming(0)
+    if warming is not None:
+        wanted.append(("data.warm_start", None))
+    if not wanted:
+        return
+    opponents = getattr(source, "opponents", None)
+    if opponents is None:
+        raise ValueError(f"{wanted[0][0]}: sets the seats of data.games, and data.episodes draws its own; drop it "
+                         f"(or play data.games)")
+    if isinstance(opponents, (AnticipatoryPlay, WarmStartSeats)):
+        return  # installed by an engine built before on the same settings
+    for _, name in wanted:
+        if name is not None:
+            settings = learners.settings[name].imitate
+            opponents = AnticipatoryPlay(opponents, parse_policy(settings.teacher), learners.ref(name),
+                                         settings.anticipatory, learners.resolve)
+        else:
+            opponents = WarmStartSeats(opponents, imitation, learners.whole(), index_of, learners.resolve)
+    source.opponents = opponents
 
 
 def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: bool) -> None:
@@ -277,6 +322,10 @@ class Engine:
         check_named_policies(settings, self.arena.bots, learners)
         self.pending_bot_rngs: dict[str, Any] = {}  # saved streams of bots that join later (add_bot)
         self.learners = learners if learners is not None else Learners()
+        check_teachers(self.learners, self.arena.bots, settings.warm_start)
+        self.imitation = Imitation(self.learners, tokenizer, settings.sampling.default.max_new_tokens, settings.seed,
+                                   rank, settings.warm_start)
+        install_seat_mixes(settings.source, self.learners, self.imitation, lambda: self.arena.steps_done)
 
     # ---- batches ----------------------------------------------------------------------------
     def next_batch(self) -> Batch:
@@ -295,9 +344,11 @@ class Engine:
         that batch's online evaluation games alongside (their figures join its metrics)."""
         index = self.arena.steps_done
         matches = self.online.matches(index) if self.online is not None else []
-        return self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
-                               side_episodes=[request for match in matches for request in match.requests()],
-                               side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
+        batch = self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
+                                side_episodes=[request for match in matches for request in match.requests()],
+                                side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
+        self.imitation.apply(batch, index)  # the imitation learners' records: their teachers' moves
+        return batch
 
     def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:
         """``steps`` batches played and printed without training (``sp-lightning rollout``), as
@@ -366,11 +417,15 @@ class Engine:
             lines.append(f"{game.name}{' (held out)' if held_out else ''} vs {opponent}: {result.summary()}")
         line = "; ".join(lines)
         whole = self.learners.whole()  # exploitability reads one strategy for the whole game
-        if self.eval.exploitability and whole is not None:
-            exploit_metrics, exploit = exploitability_metrics(self.worker, game, prefix, whole)
+        # ... and each imitation learner's (NFSP's average policy) beside it, under <prefix>/<name>/
+        strategies = ([(whole, prefix, "")] if whole is not None else []) + [
+            (self.learners.ref(name), f"{prefix}/{name}", f" ({name})") for name in self.learners.imitating]
+        for policy, key, label in strategies if self.eval.exploitability else []:
+            exploit_metrics, exploit = exploitability_metrics(self.worker, game, key, policy)
             metrics.update(exploit_metrics)
             if exploit is not None:
-                line += f"; exploitability {exploit.exploitability:.4f} (legal mass {exploit.legal_mass_mean:.3f})"
+                line += (f"; exploitability{label} {exploit.exploitability:.4f} "
+                         f"(legal mass {exploit.legal_mass_mean:.3f})")
         return metrics, line
 
     # ---- lifecycle ----------------------------------------------------------------------------
@@ -419,7 +474,7 @@ class Engine:
         return {"batches_played": self.batches_played, "opponents": self.opponents.state_dict(),
                 "source": self.source.state_dict(), "credit": self.credit.state_dict(),
                 "bot_rngs": {name: s for name, s in bots.items() if s is not None},
-                "arena": self.arena.state_dict()}
+                "arena": self.arena.state_dict(), "imitation": self.imitation.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         if "credit" in state:
@@ -435,6 +490,7 @@ class Engine:
                 self.pending_bot_rngs[name] = bot_state
         if "arena" in state:
             self.arena.load_state_dict(state["arena"])
+        self.imitation.load_state_dict(state.get("imitation", {}))
 
 
 def opponent_label(spec: str) -> str:

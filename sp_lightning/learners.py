@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sp_lightning.types import PolicyKind, PolicyRef
+from sp_lightning.types import PolicyKind, PolicyRef, parse_policy
 
 DEFAULT_ADAPTER = "default"  # peft's name for the adapter get_peft_model creates: the unnamed learner
 _PREFIX = "learner__"
@@ -136,6 +136,53 @@ def params_of(model, learner: str) -> list:
     return [p for n, p in model.named_parameters() if p.requires_grad and mark in n + "."]
 
 
+SAMPLINGS = ("reservoir", "recent")
+
+
+@dataclass
+class ImitationSettings:
+    """``model.learners.<name>.imitate`` (``sp_lightning.imitation``): whose moves the learner imitates and how they are kept."""
+
+    teacher: str = ""
+    """The policy imitated: ``learner:<name>`` (another learner of the run), ``bot:<name>``,
+    ``checkpoint:<id>`` or ``base``; it must play in the training games."""
+    size: int = 50_000
+    """Moves the buffer keeps."""
+    batch: int = 256
+    """Moves drawn (with replacement) for each training step; fewer while the buffer holds fewer."""
+    sampling: str = "reservoir"
+    """reservoir | recent: every move seen equally likely to be kept (the teacher's average over
+    the run), or the last ``size`` moves."""
+    anticipatory: float | None = None
+    """NFSP's eta: the teacher's second seats are the teacher's with this probability and this
+    learner's otherwise (None: this learner never plays in training)."""
+
+    def check(self, key: str) -> PolicyRef:
+        """The teacher as a policy; raises naming ``key`` on a bad setting."""
+        if not self.teacher:
+            raise ValueError(f"{key}.teacher: required: the policy whose moves are imitated (learner:<name>, "
+                             f"bot:<name>, checkpoint:<id> or base)")
+        teacher = parse_policy(self.teacher, f"{key}.teacher")
+        if teacher.kind is PolicyKind.REMOTE:
+            raise ValueError(f"{key}.teacher: a remote model answers with text only; imitate a learner, a bot, a "
+                             f"checkpoint or the base model")
+        if teacher.kind is PolicyKind.LEARNER and not teacher.name:
+            raise ValueError(f"{key}.teacher: name the learner imitated (learner:<name>)")
+        if not (isinstance(self.size, int) and self.size >= 1):
+            raise ValueError(f"{key}.size: expected an int >= 1, got {self.size!r}")
+        if not (isinstance(self.batch, int) and self.batch >= 1):
+            raise ValueError(f"{key}.batch: expected an int >= 1, got {self.batch!r}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"{key}.sampling: expected one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+        if self.anticipatory is not None:
+            if teacher.kind is not PolicyKind.LEARNER:
+                raise ValueError(f"{key}.anticipatory: the seats it shares are a learner teacher's; the teacher "
+                                 f"here is {self.teacher}")
+            if not 0.0 <= self.anticipatory < 1.0:
+                raise ValueError(f"{key}.anticipatory: expected a probability in [0, 1), got {self.anticipatory!r}")
+        return teacher
+
+
 @dataclass
 class LearnerSettings:
     """One learner of ``model.learners``: the roles it plays and how it differs from the model's
@@ -151,6 +198,9 @@ class LearnerSettings:
     """Overrides of ``model.optimizer`` (``lr``, ``grad_clip``, ``warmup_steps``...)."""
     loss: dict[str, Any] | None = None
     """Overrides of ``model.loss`` (``clip_high``, ``entropy: {coef: ...}``, ``kl: {coef: ...}``...)."""
+    imitate: ImitationSettings | None = None
+    """Train this learner by cross-entropy on another policy's moves instead of by policy gradient
+    (``sp_lightning.imitation``: the teacher, the buffer of its moves, NFSP's anticipatory mix)."""
 
 
 def overridden(base, overrides: dict[str, Any] | None, key: str):
@@ -200,6 +250,7 @@ class Learners:
                     raise ValueError(f"model.learners.{name}.roles: role {role!r} is already played by learner "
                                      f"{self.roles[role]!r}")
                 self.roles[role] = name
+        _check_imitation(settings)
         if len(settings) == 1:
             raise ValueError(f"model.learners: name two learners or more (one learner needs no name: drop "
                              f"model.learners); got {sorted(settings)}")
@@ -209,6 +260,15 @@ class Learners:
     def names(self) -> list[str]:
         """The learners' names in config order; ``[""]`` for the one unnamed learner."""
         return list(self.settings) or [""]
+
+    def imitates(self, name: str) -> bool:
+        """Whether learner ``name`` learns by imitation (``imitate``) rather than by policy gradient."""
+        return name in self.settings and self.settings[name].imitate is not None
+
+    @property
+    def imitating(self) -> list[str]:
+        """The imitation learners, in config order."""
+        return [name for name in self.settings if self.imitates(name)]
 
     def __bool__(self) -> bool:
         return bool(self.settings)
@@ -239,6 +299,33 @@ class Learners:
             raise ValueError(f"role {role!r} asked for the learner, and no learner plays it: add it to the roles "
                              f"of one of model.learners ({', '.join(self.settings)})")
         return self.ref(name)
+
+
+def _check_imitation(settings: dict[str, LearnerSettings]) -> None:
+    """An imitation learner plays no role of its own, keeps the loss its learning is (cross-entropy),
+    and imitates a learner of the run that learns by policy gradient, where its teacher is one."""
+    for name, learner in settings.items():
+        if learner.imitate is None:
+            continue
+        key = f"model.learners.{name}"
+        if not isinstance(learner.imitate, ImitationSettings):
+            raise ValueError(f"{key}.imitate: expected {{teacher, size, batch, sampling, anticipatory}}, got "
+                             f"{learner.imitate!r}")
+        teacher = learner.imitate.check(f"{key}.imitate")
+        if learner.roles:
+            raise ValueError(f"{key}.roles: an imitation learner plays where it is seated (imitate.anticipatory, an "
+                             f"opponent spec learner:{name}); give it no roles (got {learner.roles})")
+        if learner.loss:
+            raise ValueError(f"{key}.loss: an imitation learner's loss is the cross-entropy of its teacher's moves; "
+                             f"drop loss (got {sorted(learner.loss)})")
+        if teacher.kind is PolicyKind.LEARNER:
+            other = settings.get(teacher.name)
+            if other is None or teacher.name == name:
+                raise ValueError(f"{key}.imitate.teacher: {learner.imitate.teacher} is not another learner of "
+                                 f"model.learners ({', '.join(n for n in settings if n != name)})")
+            if other.imitate is not None:
+                raise ValueError(f"{key}.imitate.teacher: learner {teacher.name!r} imitates too; imitate a learner "
+                                 f"that plays its own moves")
 
 
 # ---- adapter surgery: reset, copy, load ---------------------------------------------------------

@@ -7,6 +7,8 @@ the ``model.loss`` block (torchtune's GRPO loss is the model).
 - :class:`KLPenalty`: GRPO's k3 estimate of the KL to the reference (the base model, adapter off);
 - :class:`EntropyBonus`: an entropy bonus over the vocabulary or over the legal moves, annealed;
 - :class:`Magnet`: KL(uniform over the legal moves || policy), magnetic mirror descent's magnet;
+- :class:`Imitation`: the cross-entropy of a teacher's moves, the whole loss of an imitation
+  learner (``sp_lightning.imitation``);
 - the value loss, when the run's credit learns values: the estimator's own term
   (``credit.GAE.value_term``);
 - a user's own terms, subclasses of :class:`LossTerm` named by ``class_path`` in
@@ -225,6 +227,30 @@ class Magnet:
         magnet = legal_magnet_kl(out.logits, first_position, legal_mask) * known  # (B,)
         loss = self.coef.at(batch.step) * magnet.sum() / batch.num_records
         return loss, {"magnet_kl": masked_mean(magnet.detach(), known)}
+
+
+@dataclass
+class Imitation:
+    """The cross-entropy of the completion tokens, ``-log p(token)`` aggregated: an imitation
+    learner's whole loss (its records are a teacher's moves; advantages and behaviour logprobs
+    play no part). Logged: the mean negative log-likelihood and probability of the teacher's
+    tokens, and the share of them that are the policy's most likely (what it plays greedily)."""
+
+    aggregation: Aggregation = field(default_factory=Aggregation)
+    needs_reference = False
+    needs_legal_moves = False
+
+    def __call__(self, batch: LossBatch, out: ForwardOutputs) -> tuple[Tensor, dict[str, Tensor]]:
+        mask = batch.mask.to(out.logprobs.dtype)  # (B, K)
+        loss = self.aggregation(-out.logprobs, batch)
+        with torch.no_grad():
+            logits = out.logits.detach().float()  # (B, K, V)
+            top_logprob = logits.max(dim=-1).values - torch.logsumexp(logits, dim=-1)  # (B, K)
+            is_top = (out.logprobs.detach().float() >= top_logprob - 1e-5).to(mask.dtype)  # (B, K)
+            stats = {"imitation_nll": masked_mean(-out.logprobs.detach(), mask),
+                     "imitation_prob": masked_mean(out.logprobs.detach().exp(), mask),
+                     "imitation_top1": masked_mean(is_top, mask)}
+        return loss, stats
 
 
 class LossTerm:

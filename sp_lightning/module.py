@@ -37,7 +37,7 @@ from sp_lightning.learners import (
     LearnerSettings, Learners, adapter_twins, copy_adapter, load_adapter_dir, overridden, params_of, reset_adapter,
     save_learner_adapter,
 )
-from sp_lightning.loss_terms import LossSettings
+from sp_lightning.loss_terms import Aggregation, Imitation, LossSettings
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.optimizer import OptimizerSettings, build_optimizer
 from sp_lightning.policy_forward import PolicyForward
@@ -95,7 +95,8 @@ class SelfPlayModule(L.LightningModule):
         self.update_epochs, self.max_train_tokens, self.share_prompts = update_epochs, max_train_tokens, share_prompts
         self.automatic_optimization = False
         self.learners = Learners(learners)
-        self.loss_of = {name: self._own(self.loss_settings, name, "loss") for name in self.learners.names}
+        self.loss_of = {name: (LossSettings() if self.learners.imitates(name)  # (its loss: imitation_terms)
+                               else self._own(self.loss_settings, name, "loss")) for name in self.learners.names}
         self.optim_of = {name: self._own(self.optim, name, "optimizer") for name in self.learners.names}
         self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
@@ -115,6 +116,8 @@ class SelfPlayModule(L.LightningModule):
         self.credit = credit if getattr(credit, "learns_values", False) else None
         self.value_heads = None  # the credit estimator's, made at setup when it learns values
         self.terms_of = {name: self.loss_of[name].terms() for name in self.learners.names}
+        self.imitation_terms = [Imitation(Aggregation(self.loss_settings.aggregation, self.loss_settings.max_length))]
+        """The loss of a teacher's moves (records with ``imitation``: an imitation learner's, a warm start's)."""
 
     def _own(self, settings, name: str, key: str):
         """``settings`` with learner ``name``'s overrides of ``model.learners.<name>.<key>``."""
@@ -233,19 +236,21 @@ class SelfPlayModule(L.LightningModule):
             prefix = f"train/{name}/" if name else "train/"
             metrics.update({f"{prefix}{key}": value for key, value in totals[name].items()})
             metrics[f"{prefix}records"] = counts[name].records
+            metrics[f"{prefix}lr"] = opt.param_groups[k]["lr"]
+            if self.learners.imitates(name):
+                continue
             metrics[f"{prefix}advantage_mean"] = totals[name].get(  # credit that learns values: the trainer's own
                 "value_advantage_mean", counts[name].advantage_sum / counts[name].records)
             settings = self.loss_of[name]
             metrics[f"{prefix}entropy_coef"] = settings.entropy.coef.at(self.global_step)
             if settings.magnet.coef:
                 metrics[f"{prefix}magnet_coef"] = settings.magnet.coef.at(self.global_step)
-            metrics[f"{prefix}lr"] = opt.param_groups[k]["lr"]
         self.log_dict(metrics, batch_size=max(len(batch.records), 1))
 
     def _log_rollout(self, metrics: dict[str, float]) -> None:
         """The batch's play metrics, averaged over the ranks (each played its own games)."""
         metrics = distributed.mean_metrics(metrics)
-        own_prefix = ("rollout/", "credit/", "online_eval/")  # logged under their own names
+        own_prefix = ("rollout/", "credit/", "online_eval/", "imitation/")  # logged under their own names
         games = {k: v for k, v in metrics.items() if not k.startswith(own_prefix)}
         self.log_dict({f"games/{k}": v for k, v in games.items()}, batch_size=1)
         self.log_dict({k: v for k, v in metrics.items() if k.startswith(own_prefix)}, batch_size=1, prog_bar=False)

@@ -63,6 +63,9 @@ class PolicyUpdate:
         """``(totals, passes)``: each learner's last completed pass's diagnostics and how many of its
         passes stepped."""
         host = self.host
+        for name, own in records.items():
+            if len({r.imitation for r in own}) > 1:  # (the data side never mixes them: a bug if it did)
+                raise RuntimeError(f"learner {name!r}: a batch mixes a teacher's moves with its own")
         active = [name for name in host.learners.names if counts[name].records]
         micro_batches = {name: self._micro_batches(records[name]) for name in active}
         # sharded, every forward and backward pass is a collective: each rank runs as many
@@ -75,6 +78,8 @@ class PolicyUpdate:
         try:
             if host.credit is not None:  # advantages from the values of the weights that played
                 for name in active:
+                    if all(r.imitation for r in records[name]):  # a teacher's moves: no advantage to estimate
+                        continue
                     activate(host.model, name)
                     value_stats[name] = self._value_pass(name, micro_batches[name], fillers[name])
             for epoch in range(host.update_epochs):
@@ -133,20 +138,22 @@ class PolicyUpdate:
         """The loss of learner ``name``'s micro-batch and its backward pass; its diagnostics added to
         ``totals``, weighted by its share of the trained tokens."""
         host = self.host
-        terms = host.terms_of[name]
-        logprobs, logits, hidden = host.policy_forward(micro.tensors, hidden=host.credit is not None)
+        imitation = micro.records[0].imitation  # a learner's batch is all a teacher's moves or all its own
+        terms = host.imitation_terms if imitation else host.terms_of[name]
+        logprobs, logits, hidden = host.policy_forward(micro.tensors, hidden=host.credit is not None and not imitation)
         if micro.trainer_logprobs is None:  # the first pass: still the weights that played
             micro.trainer_logprobs = logprobs.detach()
             micro.sampler_mismatch = masked_mean((micro.trainer_logprobs - micro.tensors.old_logprobs).abs(),
                                                  micro.tensors.loss_mask)
-        reference = host.policy_forward.reference(micro.tensors) if host.needs_reference(name) else None
-        if host.loss_of[name].needs_legal_moves and micro.legal is None:
+        reference = host.policy_forward.reference(micro.tensors) if host.needs_reference(name) and not imitation else None
+        if host.loss_of[name].needs_legal_moves and not imitation and micro.legal is None:
             micro.legal = host.legal_moves.masks(micro.records, micro.tensors, logits.shape[-1])
         batch = LossBatch(micro.tensors, counts.tokens, counts.records, step, micro.logprobs_from_trainer,
                           micro.legal, micro.value_targets, name)
         out = ForwardOutputs(logprobs, logits, micro.trainer_logprobs, reference, hidden)
         loss, diag = combine(terms, batch, out)
-        diag["sampler_mismatch"] = micro.sampler_mismatch
+        if not imitation:  # (a teacher's moves have no behaviour logprobs)
+            diag["sampler_mismatch"] = micro.sampler_mismatch
         host.manual_backward(loss)
         if host.update_epochs == 1:
             micro.legal = None  # kept for the later passes only: a (B, V) mask each

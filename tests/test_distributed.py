@@ -318,6 +318,20 @@ def test_a_two_rank_league_with_an_exploiter_resets_it_alike_on_both_ranks(tmp_p
     assert snapshots and len({a.id for a in snapshots}) == len(snapshots)
 
 
+def test_an_imitation_learner_trains_alike_on_two_ranks_each_filling_its_own_buffer(tmp_path):
+    """A student imitating RandomBot beside the main learner: each rank's buffer takes its own
+    games' moves, both learners' weights stay identical on both ranks, and the student moves."""
+    learners = {"main": {"roles": ["*"]}, "student": {"imitate": {"teacher": "bot:random", "size": 64, "batch": 16}}}
+    _fit("kuhn_poker_tiny.yaml", tmp_path, 2, {"model": {"learners": learners}, "data": {"episodes_per_batch": 8}},
+         "--trainer.max_steps", "3", fork=True)
+    zero, one = _lines(tmp_path, 0), _lines(tmp_path, 1)
+    assert len(zero) == len(one) == 3
+    assert [line["weights"] for line in zero] == [line["weights"] for line in one]
+    assert zero[0]["weights"] != zero[-1]["weights"]
+    assert all(a["games"] != b["games"] for a, b in zip(zero, one)), "each rank plays (and imitates) its own games"
+    assert all(line["records"] >= 16 for line in zero + one), "each rank draws the student's batch from its buffer"
+
+
 # ---- two nodes on loopback ----------------------------------------------------------------------
 def test_two_nodes_on_loopback_with_torchrun(tmp_path):
     """``trainer.num_nodes: 2``, one process per "node", each started by its own torchrun (what

@@ -116,6 +116,8 @@ class GameEpisode(Episode):
                     info={"invalid_move": bool(after.get("invalid_move", False)),
                           "parsed_move": after.get("parsed_move"), "legal_actions": legal,
                           "well_formed": parsed.well_formed, "parse": parsed.reason})
+        if not self.seats[agent].is_model:  # the prompt a model would have had: what imitating the bot reads
+            step.info["messages"] = request.messages
         if branches is not None:
             step.info[CONTINUATIONS] = await self._branch(ctx, agent, branches, env, branching, branch_rng, turns)
         return step, None

@@ -1,0 +1,349 @@
+"""Imitation learners: a learner trained by cross-entropy on another policy's moves.
+
+A learner of ``model.learners`` with an ``imitate`` block does not learn by policy gradient: each
+training step it takes ``batch`` moves from a buffer of its teacher's moves and is trained to say
+them (``loss_terms.Imitation``), with its own optimizer settings, in the same step as the other
+learners. The buffer fills from the games the teacher plays in the run (every trainable game of
+every batch, on every rank its own), so the teacher must sit somewhere in them: a learner of the
+run, a bot or a checkpoint of the training mix::
+
+    model:
+      learners:
+        main: {roles: ["*"]}
+        average:                       # NFSP's average policy (Heinrich & Silver 2016)
+          imitate: {teacher: "learner:main", size: 50000, batch: 256, anticipatory: 0.1}
+          optimizer: {lr: 0.003}
+
+- ``sampling: reservoir`` (the default) keeps every move ever seen with the same chance
+  (Vitter's algorithm R), so the learner imitates the teacher's average over the whole run: the
+  average strategy of fictitious play, which converges in two-player zero-sum games where the
+  last iterate of gradient self-play cycles; ``recent`` keeps the last ``size`` moves.
+- A teacher that is a model (a learner, a checkpoint, the base model) hands over its own tokens;
+  a bot's move is tokenised as the learner would answer it (the prompt the seat was shown, the
+  move's text, and the end of turn where ``max_new_tokens`` leaves room for it). Invalid moves
+  are never imitated.
+- ``anticipatory`` (NFSP's eta) makes this learner an opponent: wherever the teacher would play
+  a second seat of a training game (mirror self-play, a league's mirror pick), the seat is
+  played by the teacher with probability eta and by this learner otherwise; the teacher keeps
+  one seat of its own. So the teacher learns a best response to a mix of itself and its average,
+  and the average learns from the best responses.
+- The learner's own moves (where it is seated) are never trained by policy gradient.
+
+The buffer is part of the run's state: a resumed run continues with the buffer the checkpoint
+saved, and each batch's draws come from the batch's own random stream, as the games do.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import lightning as L
+
+from sp_lightning.learners import ImitationSettings
+from sp_lightning.types import PolicyKind, PolicyRef, Rollout, TrainingRecord
+
+if TYPE_CHECKING:
+    from sp_lightning.games import GameSettings, OpponentSampler
+
+@dataclass
+class WarmStartSettings:
+    """``data.warm_start``: the run's first ``steps`` training steps imitate a teacher, then self-play
+    goes on from there. Meanwhile the teacher plays every seat the learner would (so its moves
+    are those of the training games' positions against the training opponents), the learner is
+    trained by cross-entropy on moves drawn from a buffer of them, and after step ``steps`` the
+    checkpoint ``warm_start.ckpt`` is written beside the run's checkpoints, to be evaluated like
+    the result. The learner is the run's one learner (or the one of ``roles: ["*"]``)."""
+
+    teacher: str = ""
+    """The policy imitated: ``bot:<name>``, ``checkpoint:<id>`` or ``base``."""
+    steps: int = 0
+    """Training steps of imitation (0: no warm start)."""
+    size: int = 50_000
+    """Moves the buffer keeps."""
+    batch: int = 256
+    """Moves trained on per step."""
+    sampling: str = "reservoir"
+    """reservoir | recent (as ``imitate.sampling``)."""
+
+    def check(self, key: str = "data.warm_start") -> PolicyRef | None:
+        """The teacher (None: no warm start); raises naming ``key`` on a bad setting."""
+        if not (isinstance(self.steps, int) and self.steps >= 0):
+            raise ValueError(f"{key}.steps: expected an int >= 0, got {self.steps!r}")
+        if not self.steps:
+            return None
+        if str(self.teacher).partition(":")[0] == PolicyKind.LEARNER.value:
+            raise ValueError(f"{key}.teacher: a warm start imitates a bot, a checkpoint or the base model, not "
+                             f"{self.teacher}")
+        return ImitationSettings(self.teacher, self.size, self.batch, self.sampling).check(key)
+
+
+Move = tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...] | None]
+"""One imitated move: prompt ids, completion ids, the legal moves (None: not known)."""
+
+
+class MoveBuffer:
+    """The teacher's moves, kept by reservoir sampling or as the most recent ones."""
+
+    def __init__(self, size: int, sampling: str = "reservoir"):
+        self.size, self.sampling = size, sampling
+        self.moves: list[Move] | deque = [] if sampling == "reservoir" else deque(maxlen=size)
+        self.seen = 0
+        self._prompts: dict[tuple[int, ...], tuple[int, ...]] = {}  # one copy of each prompt kept
+
+    def __len__(self) -> int:
+        return len(self.moves)
+
+    def add(self, moves: list[Move], rng: random.Random) -> None:
+        for prompt, completion, legal in moves:
+            move = (self._prompts.setdefault(prompt, prompt), completion, legal)
+            self.seen += 1
+            if self.sampling == "recent" or len(self.moves) < self.size:
+                self.moves.append(move)
+                continue
+            slot = rng.randrange(self.seen)  # algorithm R: the n-th move replaces one w.p. size / n
+            if slot < self.size:
+                self.moves[slot] = move
+        if len(self._prompts) > 4 * self.size:  # forget prompts no kept move uses
+            self._prompts = {move[0]: move[0] for move in self.moves}
+
+    def draw(self, count: int, rng: random.Random) -> list[Move]:
+        if not self.moves:
+            return []
+        return [self.moves[rng.randrange(len(self.moves))] for _ in range(count)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"moves": list(self.moves), "seen": self.seen}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.moves = [] if self.sampling == "reservoir" else deque(maxlen=self.size)
+        self._prompts = {}
+        self.seen = 0
+        self.add(list(state.get("moves", [])), random.Random(0))  # fits: at most size moves
+        self.seen = int(state.get("seen", self.seen))
+
+
+class TeacherMoves:
+    """A teacher's valid moves in finished games, as token ids a learner can be trained on."""
+
+    def __init__(self, teacher: PolicyRef, tokenizer, max_new_tokens: int):
+        self.teacher = teacher
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+
+    def of(self, rollouts: list[Rollout]) -> list[Move]:
+        moves = []
+        for rollout in rollouts:
+            self._collect(rollout, moves)
+        return moves
+
+    def _collect(self, rollout: Rollout, moves: list[Move]) -> None:
+        for step in rollout.steps:
+            c = step.completion
+            if (c.policy != self.teacher or not step.in_trainable_episode or step.info.get("invalid_move")
+                    or c.refused):
+                continue
+            legal = tuple(step.info["legal_actions"]) if step.info.get("legal_actions") else None
+            if c.completion_ids:
+                moves.append((tuple(c.prompt_ids), tuple(c.completion_ids), legal))
+            elif step.info.get("messages") and c.text:  # a bot: tokenised as the learner would answer
+                moves.append((tuple(self._prompt(step.info["messages"])), tuple(self._answer(c.text)), legal))
+        for child in rollout.children:
+            self._collect(child, moves)
+
+    def _prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        from sp_lightning.rollout.chat import encode_chat
+
+        return encode_chat(self.tokenizer, messages)
+
+    def _answer(self, text: str) -> list[int]:
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        eos = self.tokenizer.eos_token_id
+        return ids + [eos] if eos is not None and len(ids) < self.max_new_tokens else ids
+
+
+@dataclass
+class _Pupil:
+    """A learner that imitates: its teacher's moves, their buffer, and until which batch (None: all run)."""
+
+    settings: ImitationSettings
+    teacher: TeacherMoves
+    buffer: MoveBuffer
+    until: int | None = None
+
+
+class Imitation:
+    """The run's imitation on the data side: after each batch is played, each imitating learner's
+    buffer takes its teacher's moves, the learner's own records (where it was seated) are
+    dropped, and its records for the step are drawn from the buffer. The imitation learners of
+    ``model.learners`` imitate for the whole run; a warm start (``data.warm_start``) makes the
+    run's learner one for its first ``steps`` batches."""
+
+    def __init__(self, learners, tokenizer, max_new_tokens: int, seed: int, rank: int = 0,
+                 warm_start: WarmStartSettings | None = None):
+        self.seed, self.rank = seed, rank
+        self.pupils: dict[str, _Pupil] = {}
+        for name, settings in imitation_settings(learners).items():
+            teacher = settings.check(f"model.learners.{name}.imitate")
+            self.pupils[name] = _Pupil(settings, TeacherMoves(teacher, tokenizer, max_new_tokens),
+                                       MoveBuffer(settings.size, settings.sampling))
+        teacher = warm_start.check() if warm_start is not None else None
+        if teacher is not None:
+            whole = learners.whole() if learners is not None else None
+            if whole is None:
+                raise ValueError("data.warm_start: warms up the learner that plays every role; with model.learners "
+                                 "give one roles: ['*']")
+            settings = ImitationSettings(warm_start.teacher, warm_start.size, warm_start.batch, warm_start.sampling)
+            self.pupils[whole.name] = _Pupil(settings, TeacherMoves(teacher, tokenizer, max_new_tokens),
+                                             MoveBuffer(settings.size, settings.sampling), until=warm_start.steps)
+
+    def __bool__(self) -> bool:
+        return bool(self.pupils)
+
+    def apply(self, batch, index: int) -> None:
+        """Batch ``index``'s records made those training needs (see the class docstring), and its
+        metrics ``imitation/<name>/...`` added."""
+        pupils = {name: p for name, p in self.pupils.items() if p.until is None or index < p.until}
+        for pupil in self.pupils.values():
+            if pupil.until is not None and index >= pupil.until and pupil.buffer.seen:  # the warm start is over
+                pupil.buffer = MoveBuffer(pupil.settings.size, pupil.settings.sampling)
+        if not pupils:
+            return
+        batch.records = [r for r in batch.records if r.learner not in pupils]
+        for name, pupil in pupils.items():
+            rng = random.Random(f"{self.seed}/{self.rank}/{index}/imitation/{name}")
+            new = pupil.teacher.of(batch.rollouts)
+            pupil.buffer.add(new, rng)
+            batch.records.extend(_record(move, name) for move in pupil.buffer.draw(pupil.settings.batch, rng))
+            label = name or "learner"
+            batch.metrics[f"imitation/{label}/new_moves"] = float(len(new))
+            batch.metrics[f"imitation/{label}/buffer"] = float(len(pupil.buffer))
+            batch.metrics[f"imitation/{label}/seen"] = float(pupil.buffer.seen)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Each buffer still in use (a finished warm start's is not kept)."""
+        return {name: p.buffer.state_dict() for name, p in self.pupils.items() if p.until is None or p.buffer.seen}
+        # (a finished warm start's buffer is empty: apply dropped it)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, buffer_state in state.items():
+            if name in self.pupils:
+                self.pupils[name].buffer.load_state_dict(buffer_state)
+
+    def warming(self, index: int) -> tuple[str, PolicyRef] | None:
+        """(learner, teacher) while batch ``index`` belongs to the warm start, else None."""
+        for name, pupil in self.pupils.items():
+            if pupil.until is not None and index < pupil.until:
+                return name, pupil.teacher.teacher
+        return None
+
+
+def _record(move: Move, learner: str) -> TrainingRecord:
+    prompt, completion, legal = move
+    return TrainingRecord(prompt_ids=list(prompt), completion_ids=list(completion), logprobs=[0.0] * len(completion),
+                          advantage=0.0, reward=0.0, action_mask=[1] * len(completion),
+                          legal_actions=list(legal) if legal else None, learner=learner, logprobs_from_trainer=True,
+                          imitation=True)
+
+
+def imitation_settings(learners) -> dict[str, ImitationSettings]:
+    """The imitation learners of ``learners`` (a ``Learners``) and their settings."""
+    if learners is None or not learners:
+        return {}
+    return {name: s.imitate for name, s in learners.settings.items() if s.imitate is not None}
+
+
+class AnticipatoryPlay:
+    """NFSP's mix of best response and average policy over the seats of training games: of the
+    seats a learner teacher holds in a game, one (drawn uniformly) stays the teacher's, and each
+    other is the teacher's with probability ``anticipatory`` and the imitating learner's
+    otherwise. Wraps the run's opponent sampler (``games.OpponentSampler``'s interface), whose
+    statistics and state stay its own."""
+
+    def __init__(self, inner: OpponentSampler, teacher: PolicyRef, average: PolicyRef, anticipatory: float,
+                 resolve):
+        self.inner, self.teacher, self.average, self.anticipatory = inner, teacher, average, anticipatory
+        self.resolve = resolve  # (policy, role) -> the learner that plays it (Learners.resolve)
+
+    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
+        return self._mixed(self.inner.seats(game, rng), rng)
+
+    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
+        return [self._mixed(seats, rng) for seats in self.inner.batch_seats(games, rng)]
+
+    def _mixed(self, seats: dict[str, PolicyRef], rng: random.Random) -> dict[str, PolicyRef]:
+        held = [agent for agent, policy in seats.items() if self.resolve(policy, agent) == self.teacher]
+        if len(held) < 2:
+            return seats
+        kept = rng.choice(held)
+        return {agent: (self.average if agent in held and agent != kept and rng.random() >= self.anticipatory
+                        else policy) for agent, policy in seats.items()}
+
+    def observe(self, rollouts: list) -> None:
+        self.inner.observe(rollouts)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+class WarmStartSeats:
+    """During a warm start, the teacher plays every seat of a training game that the learner
+    would have played (``Imitation.warming`` of the batch being drawn, from ``index_of()``); after
+    it, the seats are as drawn. Wraps the run's opponent sampler as :class:`AnticipatoryPlay` does."""
+
+    def __init__(self, inner, imitation: Imitation, learner: PolicyRef, index_of, resolve):
+        self.inner, self.imitation, self.learner = inner, imitation, learner
+        self.index_of, self.resolve = index_of, resolve
+
+    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
+        return self._replaced(self.inner.seats(game, rng))
+
+    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
+        return [self._replaced(seats) for seats in self.inner.batch_seats(games, rng)]
+
+    def _replaced(self, seats: dict[str, PolicyRef]) -> dict[str, PolicyRef]:
+        warming = self.imitation.warming(self.index_of())
+        if warming is None:
+            return seats
+        teacher = warming[1]
+        return {agent: (teacher if self.resolve(policy, agent) == self.learner else policy)
+                for agent, policy in seats.items()}
+
+    def observe(self, rollouts: list) -> None:
+        self.inner.observe(rollouts)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
+
+
+class WarmStartCheckpoint(L.Callback):
+    """Writes ``warm_start.ckpt`` once the warm start's ``steps`` training steps are done, into the
+    folder of the run's first ``ModelCheckpoint`` (else ``<default_root_dir>/checkpoints``): the
+    policy the teacher gave, kept to be evaluated beside the result (and resumable like any
+    checkpoint of the run). Installed by the DataModule with ``data.warm_start``."""
+
+    FILENAME = "warm_start.ckpt"
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.steps:
+            trainer.save_checkpoint(self.path(trainer), weights_only=False)  # whole: a run can resume from it
+
+    @classmethod
+    def path(cls, trainer) -> str:
+        import os
+
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        folder = next((c.dirpath for c in trainer.callbacks if isinstance(c, ModelCheckpoint) and c.dirpath), None)
+        return os.path.join(folder or os.path.join(trainer.default_root_dir, "checkpoints"), cls.FILENAME)

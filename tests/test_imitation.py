@@ -1,0 +1,324 @@
+"""Imitation learners (sp_lightning.imitation): the buffer of a teacher's moves, the moves as the
+learner's tokens, NFSP's anticipatory seats, the settings' errors, and fits that train an imitation
+learner beside a policy-gradient one (learning, exact resume, both exploitabilities)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from statistics import mean
+
+import lightning as L
+import pytest
+import torch
+
+from sp_lightning import build_from_config, make_trainer
+from sp_lightning.games import FixedMix, GameSettings
+from sp_lightning.imitation import AnticipatoryPlay, ImitationSettings, MoveBuffer, TeacherMoves
+from sp_lightning.learners import LearnerSettings, Learners, adapter_of
+from sp_lightning.model import PolicySettings, load_policy
+from sp_lightning.rollout.chat import encode_chat
+from sp_lightning.types import LEARNER, Completion, PolicyKind, PolicyRef, Rollout, Step
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = os.path.join(ROOT, "configs")
+MAIN, AVERAGE = PolicyRef(PolicyKind.LEARNER, "main"), PolicyRef(PolicyKind.LEARNER, "average")
+
+
+def _move(k: int):
+    return ((1, 2, 3), (k,), None)
+
+
+# ---- the buffer -------------------------------------------------------------------------------------
+def test_reservoir_keeps_every_move_seen_with_the_same_chance():
+    """Algorithm R: after 20,000 moves into 1,000 slots each move was kept w.p. 1/20, early or late."""
+    kept_early, kept_late = [], []
+    for trial in range(20):
+        buffer = MoveBuffer(1000, "reservoir")
+        rng = random.Random(trial)
+        for start in range(0, 20_000, 500):  # in batches, as the run adds them
+            buffer.add([_move(k) for k in range(start, start + 500)], rng)
+        ids = [move[1][0] for move in buffer.moves]
+        assert len(ids) == 1000 and buffer.seen == 20_000
+        kept_early.append(sum(i < 10_000 for i in ids))
+        kept_late.append(sum(i >= 10_000 for i in ids))
+    assert abs(mean(kept_early) - 500) < 25 and abs(mean(kept_late) - 500) < 25
+
+
+def test_recent_keeps_the_last_moves_and_both_resume_from_their_state():
+    recent = MoveBuffer(3, "recent")
+    recent.add([_move(k) for k in range(10)], random.Random(0))
+    assert [m[1][0] for m in recent.moves] == [7, 8, 9]
+    for sampling in ("reservoir", "recent"):
+        buffer = MoveBuffer(50, sampling)
+        buffer.add([_move(k) for k in range(120)], random.Random(1))
+        again = MoveBuffer(50, sampling)
+        again.load_state_dict(buffer.state_dict())
+        assert list(again.moves) == list(buffer.moves) and again.seen == buffer.seen == 120
+        more = [_move(k) for k in range(120, 200)]
+        buffer.add(more, random.Random(2))
+        again.add(more, random.Random(2))
+        assert list(again.moves) == list(buffer.moves)
+        assert buffer.draw(5, random.Random(3)) == again.draw(5, random.Random(3))
+    assert MoveBuffer(5).draw(4, random.Random(0)) == []
+
+
+# ---- a teacher's moves as the learner's tokens ------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer():
+    _, tok = load_policy(PolicySettings(model="tiny"))
+    return tok
+
+
+def test_a_bots_move_is_tokenised_on_the_prompt_its_seat_was_shown(tokenizer):
+    messages = [{"role": "user", "content": "Board ... Legal moves: [0] [4]"}]
+    bot = PolicyRef(PolicyKind.BOT, "tictactoe_tactical")
+    steps = [Step("player_0", Completion("[4]", policy=bot), info={"messages": messages, "legal_actions": ["[0]", "[4]"]}),
+             Step("player_1", Completion("[0]", policy=bot), info={"messages": messages, "invalid_move": True}),
+             Step("player_0", Completion("[4]", policy=PolicyRef(PolicyKind.BOT, "random")),
+                  info={"messages": messages})]
+    moves = TeacherMoves(bot, tokenizer, max_new_tokens=1).of([Rollout("tictactoe_v1", steps=steps)])
+    assert len(moves) == 1, "the invalid move and the other bot's are not imitated"
+    prompt, completion, legal = moves[0]
+    assert list(prompt) == encode_chat(tokenizer, messages)
+    assert list(completion) == tokenizer.encode("[4]", add_special_tokens=False) and legal == ("[0]", "[4]")
+    roomy = TeacherMoves(bot, tokenizer, max_new_tokens=8).of([Rollout("tictactoe_v1", steps=steps[:1])])
+    assert roomy[0][1][-1] == tokenizer.eos_token_id, "the end of turn is said where the budget has room"
+
+
+def test_a_learner_teachers_own_tokens_are_imitated_in_nested_episodes_that_train(tokenizer):
+    played = Completion("x", prompt_ids=[5, 6], completion_ids=[7, 8], policy=MAIN)
+    child = Rollout("sub", steps=[Step("a", played)])
+    ignored = Step("a", Completion("y", prompt_ids=[1], completion_ids=[2], policy=MAIN), in_trainable_episode=False)
+    rollout = Rollout("top", steps=[Step("a", played), ignored, Step("b", Completion("z", [9], [9], policy=AVERAGE))],
+                      children=[child])
+    assert TeacherMoves(MAIN, tokenizer, 1).of([rollout]) == [((5, 6), (7, 8), None)] * 2
+
+
+# ---- NFSP's anticipatory mix ------------------------------------------------------------------------
+def _learners(anticipatory=0.1):
+    return Learners({"main": LearnerSettings(roles=["*"]), "average": LearnerSettings(
+        imitate=ImitationSettings(teacher="learner:main", anticipatory=anticipatory))})
+
+
+@pytest.mark.parametrize("anticipatory", [0.0, 0.3])
+def test_the_teacher_keeps_one_seat_and_shares_the_others_with_its_average(anticipatory):
+    learners = _learners(anticipatory)
+    game = GameSettings(id="kuhn_poker_v1", opponents={"learner": 0.5, "bot:random": 0.5})
+    mix = AnticipatoryPlay(FixedMix(), MAIN, AVERAGE, anticipatory, learners.resolve)
+    rng = random.Random(0)
+    mirror = teacher_second = 0
+    for seats in mix.batch_seats([game] * 4000, rng):
+        resolved = [learners.resolve(p, a) for a, p in seats.items()]
+        if PolicyRef(PolicyKind.BOT, "random") in resolved:
+            assert sorted(map(str, resolved)) == ["bot:random", "learner:main"], "a game without a second seat is as drawn"
+            continue
+        mirror += 1
+        assert resolved.count(MAIN) >= 1
+        teacher_second += resolved.count(MAIN) == 2
+    assert mirror > 1800
+    assert abs(teacher_second / mirror - anticipatory) < 0.035
+
+
+# ---- settings ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("imitate, extra, message", [
+    ({}, {}, "imitate.teacher: required"),
+    ({"teacher": "learner"}, {}, "name the learner imitated"),
+    ({"teacher": "learner:nobody"}, {}, "is not another learner"),
+    ({"teacher": "learner:average"}, {}, "is not another learner"),
+    ({"teacher": "remote:gpt"}, {}, "text only"),
+    ({"teacher": "bot:random", "size": 0}, {}, "imitate.size: expected an int >= 1"),
+    ({"teacher": "bot:random", "batch": 0}, {}, "imitate.batch: expected an int >= 1"),
+    ({"teacher": "bot:random", "sampling": "fifo"}, {}, "imitate.sampling: expected one of reservoir, recent"),
+    ({"teacher": "bot:random", "anticipatory": 0.5}, {}, "anticipatory: the seats it shares are a learner"),
+    ({"teacher": "learner:main", "anticipatory": 1.0}, {}, "anticipatory: expected a probability in [0, 1)"),
+    ({"teacher": "learner:main"}, {"roles": ["player_0"]}, "give it no roles"),
+    ({"teacher": "learner:main"}, {"loss": {"clip_high": 0.3}}, "drop loss"),
+])
+def test_bad_imitation_settings_name_their_key(imitate, extra, message):
+    settings = {"main": LearnerSettings(roles=["*"]),
+                "average": LearnerSettings(imitate=ImitationSettings(**imitate), **extra)}
+    with pytest.raises(ValueError, match=f"model.learners.average.*{message}".replace("[", r"\[").replace(")", r"\)")):
+        Learners(settings)
+
+
+def test_a_bot_teacher_the_run_does_not_have_is_refused_before_any_game():
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), "--model.learners",
+                                   json.dumps({"main": {"roles": ["*"]},
+                                               "student": {"imitate": {"teacher": "bot:grandmaster"}}}))
+    with pytest.raises(ValueError, match="model.learners.student.imitate.teacher: no bot named 'grandmaster'"):
+        dm.build_engine(module)
+
+
+# ---- fits -------------------------------------------------------------------------------------------
+STUDENT = ["--model.learners", json.dumps({"main": {"roles": ["*"]}, "student": {
+    "imitate": {"teacher": "bot:tictactoe_tactical", "size": 2000, "batch": 128}, "optimizer": {"lr": 0.003}}}),
+    "--data.games", json.dumps([{"id": "tictactoe_v1", "env_kwargs": {"invalid_move": "random"},
+                                 "opponents": {"bot:tictactoe_tactical": 1.0},
+                                 "reward": {"outcome": "payoff", "invalid_move_penalty": 3.0}}]),
+    "--data.episodes_per_batch", "16", "--data.eval.held_out", "[]"]
+
+
+class _Metrics(L.Callback):
+    def __init__(self):
+        self.rows = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.rows.append({k: float(v) for k, v in trainer.callback_metrics.items()})
+
+
+def test_an_imitation_learner_learns_its_teachers_moves_while_the_other_learns_by_policy_gradient(tmp_path):
+    """Twelve steps against the tactical bot: the student's likelihood of the bot's moves rises
+    far above where it started, from a buffer that grows with every game; its own adapter moves and
+    the main learner's records are its own moves, never the bot's."""
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *STUDENT)
+    start = {k: v.detach().clone() for k, v in module.named_parameters() if v.requires_grad}
+    seen = _Metrics()
+    trainer = make_trainer(max_steps=12, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path), callbacks=[seen], enable_progress_bar=False)
+    trainer.fit(module, datamodule=dm)
+    nll = [row["train/student/imitation_nll"] for row in seen.rows]
+    assert nll[0] > 4.0 and max(nll[-3:]) < 0.6 * nll[0], nll
+    buffer = [row["imitation/student/buffer"] for row in seen.rows]
+    assert buffer == sorted(buffer) and buffer[-1] > 8 * 30
+    assert all(row["train/student/records"] == 128 for row in seen.rows)
+    assert "train/student/pg_loss" not in seen.rows[-1] and "train/main/pg_loss" in seen.rows[-1]
+    moved = {name for name, value in module.named_parameters() if value.requires_grad
+             and not torch.equal(value.detach(), start[name])}
+    assert any(adapter_of("student") in name for name in moved) and any(adapter_of("main") in name for name in moved)
+    records = module.last_batch.records
+    assert {r.learner for r in records} == {"main", "student"}
+    assert all(r.advantage == 0.0 for r in records if r.learner == "student")
+
+
+NFSP = ["--model.learners", json.dumps({"main": {"roles": ["*"]}, "average": {
+    "imitate": {"teacher": "learner:main", "size": 500, "batch": 32, "anticipatory": 0.25}}}),
+    "--data.episodes_per_batch", "12", "--data.games", json.dumps([{
+        "id": "kuhn_poker_v1", "env_kwargs": {"invalid_move": "random"}, "opponents": {"learner": 1.0},
+        "reward": {"outcome": "payoff", "invalid_move_penalty": 3.0}}])]
+# (the untrained tiny model's Kuhn moves are nearly all invalid, and invalid moves are never
+# imitated: a resume test of a few steps imitates the random bot, whose moves are all legal)
+RANDOM_STUDENT = ["--model.learners", json.dumps({"main": {"roles": ["*"]}, "student": {
+    "imitate": {"teacher": "bot:random", "size": 20, "batch": 16}}}), "--data.episodes_per_batch", "12"]
+
+
+def _resumable_fit(root, steps: int, *args: str):
+    from sp_lightning.cli import main
+
+    main(["fit", "--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"), *RANDOM_STUDENT,
+          "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
+          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                               "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
+                                                             "every_n_train_steps": 1,
+                                                             "enable_version_counter": False}}]), *args])
+
+
+def test_a_resumed_fit_continues_the_buffer_and_both_learners_exactly(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    _resumable_fit(straight, 4)
+    _resumable_fit(resumed, 2)
+    _resumable_fit(resumed, 4, "--ckpt_path", str(resumed / "ckpt" / "last.ckpt"))
+    ours = torch.load(resumed / "ckpt" / "last.ckpt", weights_only=False)
+    theirs = torch.load(straight / "ckpt" / "last.ckpt", weights_only=False)
+    buffer = theirs["SelfPlayDataModule"]["imitation"]["student"]
+    assert buffer["seen"] > 20 and len(buffer["moves"]) == 20, "the reservoir filled and then sampled"
+    assert ours["SelfPlayDataModule"]["imitation"] == theirs["SelfPlayDataModule"]["imitation"]
+    for key, value in theirs["state_dict"].items():
+        assert torch.equal(ours["state_dict"][key], value), key
+    assert any(adapter_of("student") in key for key in theirs["state_dict"])
+
+
+def test_validation_reports_the_exploitability_of_the_best_response_and_of_the_average():
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"), *NFSP,
+                                   "--data.eval.exploitability", "true", "--data.eval.games", "8")
+    engine = dm.build_engine(module)
+    try:
+        game, prefix, opponents, games = engine.validations()[0]
+        metrics, line = engine.validate(game, prefix, opponents, games)
+    finally:
+        engine.close()
+    assert 0 < metrics[f"{prefix}/exploitability"] and 0 < metrics[f"{prefix}/average/exploitability"]
+    assert "exploitability (average)" in line
+
+
+# ---- a warm start -----------------------------------------------------------------------------------
+WARM = ["--data.warm_start", json.dumps({"teacher": "bot:tictactoe_tactical", "steps": 3, "batch": 64, "size": 500}),
+        "--data.episodes_per_batch", "8", "--data.eval.held_out", "[]"]
+
+
+class _Batches(L.Callback):
+    def __init__(self):
+        self.batches = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.batches.append(pl_module.last_batch)
+
+
+def _warm_fit(root, steps: int, *args: str):
+    from sp_lightning.cli import main
+
+    main(["fit", "--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM,
+          "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
+          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                               "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
+                                                             "every_n_train_steps": 1,
+                                                             "enable_version_counter": False}}]), *args])
+
+
+def test_a_warm_start_imitates_the_teacher_in_the_learners_seats_then_self_play_goes_on(tmp_path):
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM)
+    kept = _Batches()
+    trainer = make_trainer(max_steps=5, limit_val_batches=0, logger=False, default_root_dir=str(tmp_path),
+                           callbacks=[kept], enable_progress_bar=False)
+    trainer.fit(module, datamodule=dm)
+    warm, after = kept.batches[:3], kept.batches[3:]
+    for batch in warm:
+        seats = {str(p) for r in batch.rollouts for p in r.seats.values()}
+        assert "learner" not in seats and "bot:tictactoe_tactical" in seats
+        assert len(batch.records) == 64 and all(r.imitation and r.learner == "" for r in batch.records)
+    for batch in after:
+        assert all(any(p.kind is PolicyKind.LEARNER for p in r.seats.values()) for r in batch.rollouts)
+        assert batch.records and not any(r.imitation for r in batch.records)
+    saved = tmp_path / "checkpoints" / "warm_start.ckpt"
+    state = torch.load(saved, weights_only=False)
+    assert state["global_step"] == 3 and "SelfPlayDataModule" in state, "a whole checkpoint, resumable"
+    fresh, _ = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"))
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    fresh.load_policy_weights(saved)
+    assert any(not torch.equal(v, before[k]) for k, v in fresh.state_dict().items()), "it holds what was imitated"
+
+
+def test_a_fit_resumed_during_its_warm_start_continues_it_exactly(tmp_path):
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    _warm_fit(straight, 5)
+    _warm_fit(resumed, 2)
+    _warm_fit(resumed, 5, "--ckpt_path", str(resumed / "ckpt" / "last.ckpt"))
+    ours = torch.load(resumed / "ckpt" / "last.ckpt", weights_only=False)
+    theirs = torch.load(straight / "ckpt" / "last.ckpt", weights_only=False)
+    for key, value in theirs["state_dict"].items():
+        assert torch.equal(ours["state_dict"][key], value), key
+    assert (resumed / "ckpt" / "warm_start.ckpt").exists()
+
+
+@pytest.mark.parametrize("warm_start, extra, message", [
+    ({"teacher": "learner", "steps": 5}, [], "data.warm_start.teacher: a warm start imitates a bot"),
+    ({"teacher": "bot:random", "steps": -1}, [], r"data.warm_start.steps: expected an int >= 0"),
+    ({"steps": 5}, [], "data.warm_start.teacher: required"),
+    ({"teacher": "bot:nobody", "steps": 5}, [], "data.warm_start.teacher: no bot named 'nobody'"),
+    ({"teacher": "bot:random", "steps": 5}, ["--model.learners", json.dumps(
+        {"x": {"roles": ["player_0"]}, "o": {"roles": ["player_1"]}})], "plays every role"),
+])
+def test_bad_warm_start_settings_name_their_key(warm_start, extra, message):
+    with pytest.raises(ValueError, match=message):
+        module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"),
+                                       "--data.warm_start", json.dumps(warm_start), *extra)
+        dm.build_engine(module)
+
+
+def test_a_warm_start_in_a_league_is_refused_naming_both_keys():
+    with pytest.raises(ValueError, match="data.warm_start and data.league"):
+        build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
+                          "--data.warm_start", json.dumps({"teacher": "bot:random", "steps": 5}))
