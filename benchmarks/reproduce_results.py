@@ -47,6 +47,51 @@ RECIPES = {
         "exploitability": "val/kuhn_poker_v1/exploitability",
         "bars": "exploitability <= 0.05 at the result checkpoint and <= 0.08 averaged over the last quarter",
     },
+    # the league recipe with an average policy (sp_lightning.imitation) beside the learner: the
+    # result is the average's checkpoint with the lowest exploitability, and the average plays
+    "kuhn_poker_average_tiny": {
+        "config": "configs/kuhn_poker_average_tiny.yaml",
+        "opponents": ["bot:random", "bot:kuhn_poker_nash"],
+        "game": "kuhn_poker_v1",
+        "learner": "average",
+        "exploitability": "val/kuhn_poker_v1/average/exploitability",
+        "bars": "exploitability <= 0.04 at the result checkpoint and <= 0.05 averaged over the last quarter",
+    },
+    # SPIRAL's comparison: supervised fine-tuning on an expert's games against self-play from the
+    # same start, as many games and steps (400 x 128); the result by kuhn_poker_tiny's own rule
+    "kuhn_poker_tiny_sft": {
+        "config": "configs/kuhn_poker_tiny.yaml",
+        "overlays": ["configs/overlays/kuhn_poker_sft.yaml"],
+        "opponents": ["bot:random", "bot:kuhn_poker_nash"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "bars": "the comparison with kuhn_poker_tiny_selfplay (same seeds, steps and games)",
+    },
+    "kuhn_poker_tiny_selfplay": {
+        "config": "configs/kuhn_poker_tiny.yaml",
+        "fit_flags": ["--trainer.val_check_interval", "25", "--data.eval.exploitability", "true"],
+        "opponents": ["bot:random", "bot:kuhn_poker_nash"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "bars": "the comparison with kuhn_poker_tiny_sft",
+    },
+    "tictactoe_tiny_sft": {
+        "config": "configs/tictactoe_tiny.yaml",
+        "overlays": ["configs/overlays/tictactoe_warm_start.yaml"],
+        "fit_flags": ["--data.warm_start.steps", "400"],
+        "opponents": ["bot:random", "bot:tictactoe_perfect"],
+        "game": "tictactoe_v1",
+        "bars": "the comparison with tictactoe_tiny (same seeds, steps and games)",
+    },
+    "tictactoe_tiny_warm_start": {
+        "config": "configs/tictactoe_tiny.yaml",
+        "overlays": ["configs/overlays/tictactoe_warm_start.yaml"],
+        "opponents": ["bot:random", "bot:tictactoe_perfect"],
+        "game": "tictactoe_v1",
+        "warm_start": True,
+        "bars": ">= 0.90 wins vs bot:random, every move legal, >= 90% draws vs the perfect player; self-play "
+                "closes at least half the warm start's gap to 100% draws",
+    },
     # the recipe it replaced (2026-11-27): outcome credit (RAE) and the baselines in the training mix
     "kuhn_poker_league_tiny_rae": {
         "config": "configs/kuhn_poker_league_tiny.yaml",
@@ -221,21 +266,30 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
     # yardstick bot played in the same seats (``players``) gives the figures beside them
     untrained = spec.get("per_seat") or spec.get("untrained")
     checkpoints = {"": best[0], "untrained": None} if untrained else {"": best[0]}
+    if spec.get("warm_start"):  # the policy the warm start handed to self-play, evaluated alike
+        warm = glob.glob(os.path.join(work, "runs", "*", "checkpoints", "warm_start.ckpt"))
+        if not warm:
+            raise RuntimeError(f"{name} seed {seed}: no warm_start.ckpt under {work}/runs")
+        checkpoints["warm_start"] = warm[0]
     checkpoints.update({player: player for player in spec.get("players", [])})
     for label, checkpoint in checkpoints.items():
         for opponent in spec["opponents"]:
             name_of = f"eval-{label.replace(':', '_')}{opponent.replace(':', '_')}"
             path = os.path.join(work, f"{name_of}.json")
-            if label:  # the untrained policy (the config's own seed) and a bot: the same games for every seed
+            shared_figure = label and label != "warm_start"
+            if shared_figure:  # the untrained policy (the config's own seed) and a bot: the same games for every seed
                 shared = os.path.join(os.path.dirname(work), "shared", f"{name_of}-{games_per_seat}x{EVAL_SEED}.json")
                 path = shared
             exact = spec.get("exploitability") or spec.get("exact")
-            flags = ["--exploitability", "true"] if exact and opponent == spec["opponents"][0] and not label else []
+            flags = (["--exploitability", "true"] if exact and opponent == spec["opponents"][0]
+                     and label in ("", "warm_start") else [])
+            if spec.get("learner") and label in ("", "warm_start"):  # the result policy among the run's learners
+                flags += ["--learner", spec["learner"]]
             if label in spec.get("players", []):
                 flags += ["--player", checkpoint]
             elif checkpoint:
                 flags += ["--checkpoint", checkpoint]
-            if label:  # a shared figure is measured once: by the first process to claim it, if several run
+            if shared_figure:  # measured once: by the first process to claim it, if several run
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 try:
                     os.close(os.open(path + ".claimed", os.O_CREAT | os.O_EXCL))
@@ -296,6 +350,10 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
     for opponent in spec["opponents"]:
         head += f" wins vs {opponent} | draws vs {opponent} | legal moves |"
         rule += "---|---|---|"
+    if spec.get("warm_start"):
+        for opponent in spec["opponents"]:
+            head += f" warm start: wins vs {opponent} | draws |"
+            rule += "---|---|"
     if spec.get("exploitability"):
         head += " exploitability at result | mean over last quarter |"
         rule += "---|---|"
@@ -321,6 +379,10 @@ def table(name: str, spec: dict, results: list[dict], sha: str) -> str:
             m = r["against"][opponent]
             row += (f" {m['win_rate']:.3f} [{m['win_rate_ci_low']:.3f}, {m['win_rate_ci_high']:.3f}] |"
                     f" {m['draw_rate']:.3f} | {m['legal_move_rate']:.3f} |")
+        if spec.get("warm_start"):
+            for opponent in spec["opponents"]:
+                m = r["warm_start_against"][opponent]
+                row += f" {m['win_rate']:.3f} | {m['draw_rate']:.3f} |"
         if spec.get("exploitability"):
             row += f" {r['exploitability_at_result']:.3f} | {r['exploitability_last_quarter_mean']:.3f} |"
         if spec.get("estimate"):

@@ -12,6 +12,7 @@ import numpy as np
 
 from .bargaining import BargainerBot  # game-specific bots live with their game
 from .diplomacy import DiplomacyRandomBot, PlannerBot
+from .kuhn_poker import NashBot
 from .tictactoe import PerfectBot, TacticalBot
 
 _PRINTABLE = string.printable
@@ -78,7 +79,8 @@ class ChaosBot:
 
 
 BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot, "tictactoe_perfect": PerfectBot,
-        "bargainer": BargainerBot, "diplomacy_planner": PlannerBot, "diplomacy_random": DiplomacyRandomBot}
+        "bargainer": BargainerBot, "diplomacy_planner": PlannerBot, "diplomacy_random": DiplomacyRandomBot,
+        "kuhn_poker_nash": NashBot}
 """``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
 play only that game."""
 

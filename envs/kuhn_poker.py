@@ -33,6 +33,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 from .base import GameInfo, TextGameEnv
 
 CARDS = "JQK"
@@ -224,3 +226,52 @@ class KuhnPokerEnv(TextGameEnv):
             else:
                 lines.append(f"Hand {i + 1}: {_history(hand)}. Cards: {cards}. Pot: {hand.pot}.")
         return "\n".join(lines)
+
+
+# the equilibrium family of two-player Kuhn Poker (Kuhn 1950), as the probability of the
+# aggressive move (bet or call) in each information state: card, then the betting so far
+# ("" first to act, "p" after a check, "b" facing a bet, "pb" check then bet), for alpha in
+# [0, 1/3]: the first actor bluffs J with alpha, bets K with 3 alpha, calls with Q at alpha + 1/3;
+# the second bets K, bluffs J at 1/3 after a check, calls with Q at 1/3, folds J to a bet
+def nash_bet_probabilities(alpha: float = 1 / 6) -> dict[tuple[str, str], float]:
+    """(card, history) -> probability of ``[bet]``/``[call]`` of a Nash equilibrium (alpha in [0, 1/3])."""
+    if not 0.0 <= alpha <= 1 / 3:
+        raise ValueError(f"alpha: expected in [0, 1/3], got {alpha!r}")
+    return {("J", ""): alpha, ("Q", ""): 0.0, ("K", ""): 3 * alpha,
+            ("J", "pb"): 0.0, ("Q", "pb"): alpha + 1 / 3, ("K", "pb"): 1.0,
+            ("J", "b"): 0.0, ("Q", "b"): 1 / 3, ("K", "b"): 1.0,
+            ("J", "p"): 1 / 3, ("Q", "p"): 0.0, ("K", "p"): 1.0}
+
+
+class NashBot:
+    """Plays a Nash equilibrium of one-hand Kuhn Poker (``nash_bet_probabilities``, alpha 1/6):
+    exploitability 0, so nothing beats it on average; a yardstick and a teacher to imitate.
+    Registered as ``bot:kuhn_poker_nash``; on another game's observation (or a hand of several)
+    it raises ValueError."""
+
+    def __init__(self, seed: int | None = None, alpha: float = 1 / 6) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.bet = nash_bet_probabilities(alpha)
+
+    def act(self, observation: str, legal_actions: list[str]) -> str:
+        card, history = _information_state(observation)
+        aggressive, passive = ("[call]", "[fold]") if history.endswith("b") else ("[bet]", "[check]")
+        move = aggressive if self.rng.random() < self.bet[(card, history)] else passive
+        if move not in legal_actions:
+            raise ValueError(f"NashBot: {move} is not among the legal moves {legal_actions}")
+        return move
+
+    __call__ = act
+
+
+def _information_state(observation: str) -> tuple[str, str]:
+    """(card, betting so far as "", "p", "b" or "pb") of a one-hand ``kuhn_poker_v1`` observation."""
+    lines = observation.splitlines()
+    if not lines or not lines[0].startswith("Kuhn Poker. You are player") or "Your card: " not in lines[0]:
+        raise ValueError(f"NashBot plays one-hand kuhn_poker_v1; got {observation[:80]!r}")
+    card = lines[0].split("Your card: ")[1][0]
+    history = next((line[len("History: "):] for line in lines if line.startswith("History: ")), None)
+    if history is None:
+        raise ValueError(f"NashBot: no betting history in {observation[:120]!r}")
+    moves = [] if history == "none" else [part.rsplit(" ", 1)[1] for part in history.split(", ")]
+    return card, "".join("p" if m == "[check]" else "b" for m in moves)

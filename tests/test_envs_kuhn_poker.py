@@ -185,3 +185,31 @@ def test_swapping_the_opponent_card_changes_nothing_before_showdown(seed):
             move = bot.act("", envs[0].game.legal_moves())
             for env in envs:
                 env.step(move)
+
+
+def test_the_nash_bot_is_unexploitable_and_plays_its_probabilities():
+    """OpenSpiel's exact exploitability of the bot's table is 0, for every alpha of the family;
+    and the bot's moves in play follow the table (5000 draws at a mixed state)."""
+    from envs.bots import BOTS
+    from envs.kuhn_poker import nash_bet_probabilities
+    from sp_lightning.evaluation.exploitability import kuhn_exploitability, kuhn_information_states
+
+    for alpha in (0.0, 1 / 6, 1 / 3):
+        table = nash_bet_probabilities(alpha)
+
+        def probs(batch, table=table):
+            out = []
+            for text, legal in batch:
+                d = next(d for d in kuhn_information_states() if d.text == text)
+                bet = table[(d.card, d.history)]
+                passive, aggressive = d.action_moves
+                out.append({passive: 1 - bet, aggressive: bet})
+            return out
+
+        assert kuhn_exploitability(probs).exploitability == pytest.approx(0.0, abs=1e-9)
+    bot = BOTS["kuhn_poker_nash"](seed=0)
+    state = next(d for d in kuhn_information_states() if d.card == "Q" and d.history == "pb")
+    calls = sum(bot.act(state.text, list(state.legal_moves)) == "[call]" for _ in range(5000)) / 5000
+    assert calls == pytest.approx(1 / 6 + 1 / 3, abs=0.03)
+    with pytest.raises(ValueError, match="one-hand kuhn_poker_v1"):
+        bot.act("Tic-Tac-Toe ...", ["[4]"])
