@@ -324,7 +324,7 @@ class Engine:
         self.learners = learners if learners is not None else Learners()
         check_teachers(self.learners, self.arena.bots, settings.warm_start)
         self.imitation = Imitation(self.learners, tokenizer, settings.sampling.default.max_new_tokens, settings.seed,
-                                   rank, settings.warm_start)
+                                   rank, settings.warm_start, serve=lambda policy: self.served(str(policy)))
         install_seat_mixes(settings.source, self.learners, self.imitation, lambda: self.arena.steps_done)
 
     # ---- batches ----------------------------------------------------------------------------

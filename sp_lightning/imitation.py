@@ -182,15 +182,18 @@ class Imitation:
     run's learner one for its first ``steps`` batches."""
 
     def __init__(self, learners, tokenizer, max_new_tokens: int, seed: int, rank: int = 0,
-                 warm_start: WarmStartSettings | None = None):
+                 warm_start: WarmStartSettings | None = None, serve=lambda policy: policy):
+        """``serve``: a teacher as the backend plays it (an adapter directory given as
+        ``checkpoint:<dir>`` is registered and played by its name; ``Engine.served``)."""
         self.seed, self.rank = seed, rank
         self.pupils: dict[str, _Pupil] = {}
         for name, settings in imitation_settings(learners).items():
-            teacher = settings.check(f"model.learners.{name}.imitate")
+            teacher = serve(settings.check(f"model.learners.{name}.imitate"))
             self.pupils[name] = _Pupil(settings, TeacherMoves(teacher, tokenizer, max_new_tokens),
                                        MoveBuffer(settings.size, settings.sampling))
         teacher = warm_start.check() if warm_start is not None else None
         if teacher is not None:
+            teacher = serve(teacher)
             whole = learners.whole() if learners is not None else None
             if whole is None:
                 raise ValueError("data.warm_start: warms up the learner that plays every role; with model.learners "

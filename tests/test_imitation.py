@@ -168,6 +168,7 @@ class _Metrics(L.Callback):
         self.rows.append({k: float(v) for k, v in trainer.callback_metrics.items()})
 
 
+@pytest.mark.slow  # a fit
 def test_an_imitation_learner_learns_its_teachers_moves_while_the_other_learns_by_policy_gradient(tmp_path):
     """Twelve steps against the tactical bot: the student's likelihood of the bot's moves rises
     far above where it started, from a buffer that grows with every game; its own adapter moves and
@@ -215,6 +216,7 @@ def _resumable_fit(root, steps: int, *args: str):
                                                              "enable_version_counter": False}}]), *args])
 
 
+@pytest.mark.slow  # a fit
 def test_a_resumed_fit_continues_the_buffer_and_both_learners_exactly(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     _resumable_fit(straight, 4)
@@ -268,6 +270,7 @@ def _warm_fit(root, steps: int, *args: str):
                                                              "enable_version_counter": False}}]), *args])
 
 
+@pytest.mark.slow  # a fit
 def test_a_warm_start_imitates_the_teacher_in_the_learners_seats_then_self_play_goes_on(tmp_path):
     module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM)
     kept = _Batches()
@@ -291,6 +294,7 @@ def test_a_warm_start_imitates_the_teacher_in_the_learners_seats_then_self_play_
     assert any(not torch.equal(v, before[k]) for k, v in fresh.state_dict().items()), "it holds what was imitated"
 
 
+@pytest.mark.slow  # a fit
 def test_a_fit_resumed_during_its_warm_start_continues_it_exactly(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     _warm_fit(straight, 5)
@@ -322,3 +326,22 @@ def test_a_warm_start_in_a_league_is_refused_naming_both_keys():
     with pytest.raises(ValueError, match="data.warm_start and data.league"):
         build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
                           "--data.warm_start", json.dumps({"teacher": "bot:random", "steps": 5}))
+
+
+@pytest.mark.slow  # a fit
+def test_a_warm_start_can_imitate_a_checkpoint_given_as_an_adapter_directory(tmp_path):
+    """The teacher ``checkpoint:<dir>`` is registered with the backend and plays the learner's
+    seats by its name; its own tokens are what the learner imitates."""
+    teacher, _ = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"))
+    teacher.save_adapter(tmp_path / "teacher")
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM,
+                                   "--data.warm_start.teacher", f"checkpoint:{tmp_path / 'teacher'}")
+    kept = _Batches()
+    trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path), callbacks=[kept], enable_progress_bar=False)
+    trainer.fit(module, datamodule=dm)
+    for batch in kept.batches:
+        assert "checkpoint:teacher" in {str(p) for r in batch.rollouts for p in r.seats.values()}
+        played = [s.completion for r in batch.rollouts for s in r.steps if str(s.completion.policy) == "checkpoint:teacher"]
+        assert played and all(c.completion_ids for c in played)
+        assert all(r.imitation for r in batch.records)
