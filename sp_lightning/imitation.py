@@ -48,6 +48,7 @@ from sp_lightning.types import PolicyKind, PolicyRef, Rollout, TrainingRecord
 if TYPE_CHECKING:
     from sp_lightning.games import GameSettings, OpponentSampler
 
+
 @dataclass
 class WarmStartSettings:
     """``data.warm_start``: the run's first ``steps`` training steps imitate a teacher, then self-play

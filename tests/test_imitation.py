@@ -15,11 +15,11 @@ import torch
 
 from sp_lightning import build_from_config, make_trainer
 from sp_lightning.games import FixedMix, GameSettings
-from sp_lightning.imitation import AnticipatoryPlay, ImitationSettings, MoveBuffer, TeacherMoves
-from sp_lightning.learners import LearnerSettings, Learners, adapter_of
+from sp_lightning.imitation import AnticipatoryPlay, MoveBuffer, TeacherMoves
+from sp_lightning.learners import ImitationSettings, LearnerSettings, Learners, adapter_of
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.rollout.chat import encode_chat
-from sp_lightning.types import LEARNER, Completion, PolicyKind, PolicyRef, Rollout, Step
+from sp_lightning.types import Completion, PolicyKind, PolicyRef, Rollout, Step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
