@@ -41,7 +41,7 @@ from sp_lightning.credit import GRPO, CreditAssigner
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
 from sp_lightning.games import FixedMix, GameSettings, HeldOutGame, OpponentSampler
-from sp_lightning.imitation import AnticipatoryPlay, Imitation, WarmStartSeats, WarmStartSettings
+from sp_lightning.imitation import AnticipatoryPlay, Imitation, SeatRewrite, WarmStartSeats, WarmStartSettings
 from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker
@@ -155,9 +155,10 @@ def check_league_learners(league: LeagueSettings | None, learners: Learners | No
     exploiters = league.exploiters.names() if league is not None and league.exploiters is not None else {}
     if league is None or not (learners or exploiters):
         return
-    if not exploiters and learners.every_role is not None and set(learners.names) - {learners.every_role} <= set(
-            learners.imitating):
-        return  # the main agent and the imitation learners beside it (NFSP's average policy)
+    # imitation learners (an average policy) sit beside the main agent and its exploiters
+    others = set(learners.names) - {learners.every_role} - set(learners.imitating) if learners else set()
+    if not exploiters and learners.every_role is not None and not others:
+        return
     if not exploiters:
         raise ValueError(f"data.league: a league trains one main agent, and model.learners names "
                          f"{len(learners.names)} ({', '.join(learners.names)}); drop model.learners, or make the "
@@ -166,7 +167,6 @@ def check_league_learners(league: LeagueSettings | None, learners: Learners | No
         raise ValueError("data.league.exploiters: the exploiters and the main agent are learners of model.learners, "
                          "the main agent the one with roles: ['*'] (e.g. model.learners: {main: {roles: ['*']}, "
                          "main_exploiter: {}})")
-    others = set(learners.names) - {learners.every_role} - set(learners.imitating)
     if others != set(exploiters.values()):
         raise ValueError(f"data.league.exploiters: names {sorted(exploiters.values())}, and model.learners has "
                          f"{sorted(others)} beside the main agent {learners.every_role!r}; expected the same")
@@ -176,44 +176,33 @@ def check_league_learners(league: LeagueSettings | None, learners: Learners | No
                          f"(got {claimed})")
 
 
-def check_teachers(learners: Learners, bots, warm_start: WarmStartSettings | None) -> None:
-    """A teacher that is a bot (an imitation learner's, a warm start's) must be one the run has."""
-    teachers = [(f"model.learners.{name}.imitate.teacher", learners.settings[name].imitate.teacher)
-                for name in learners.imitating]
-    if warm_start is not None and warm_start.steps:
-        teachers.append(("data.warm_start.teacher", warm_start.teacher))
-    for key, spec in teachers:
-        teacher = parse_policy(spec, key)
-        if teacher.kind is PolicyKind.BOT and teacher.name not in bots:
-            raise ValueError(f"{key}: no bot named {teacher.name!r}; expected one of "
-                             f"{', '.join('bot:' + b for b in sorted(bots))}")
-
-
 def install_seat_mixes(source, learners: Learners, imitation: Imitation, index_of) -> None:
     """Over the seats ``source`` draws, once: NFSP's anticipatory mix (``imitate.anticipatory``,
     ``imitation.AnticipatoryPlay``) and a warm start's teacher in the learner's seats
     (``imitation.WarmStartSeats``). A source that draws no seats of ``data.games`` cannot have them."""
     wanted = [(f"model.learners.{name}.imitate.anticipatory", name) for name in learners.imitating
               if learners.settings[name].imitate.anticipatory is not None]
-    warming = imitation.warming(0)
-    if warming is not None:
+    if imitation.warm_teacher(0) is not None:
         wanted.append(("data.warm_start", None))
     if not wanted:
         return
-    opponents = getattr(source, "opponents", None)
-    if opponents is None:
+    if not isinstance(source, GameMix):
         raise ValueError(f"{wanted[0][0]}: sets the seats of data.games, and data.episodes draws its own; drop it "
                          f"(or play data.games)")
-    if isinstance(opponents, (AnticipatoryPlay, WarmStartSeats)):
-        return  # installed by an engine built before on the same settings
-    for _, name in wanted:
-        if name is not None:
+
+    def wrap(opponents):
+        if isinstance(opponents, SeatRewrite):
+            return opponents  # installed by an engine built before on the same settings
+        for _, name in wanted:
+            if name is None:
+                opponents = WarmStartSeats(opponents, imitation, learners.whole(), index_of, learners.resolve)
+                continue
             settings = learners.settings[name].imitate
             opponents = AnticipatoryPlay(opponents, parse_policy(settings.teacher), learners.ref(name),
                                          settings.anticipatory, learners.resolve)
-        else:
-            opponents = WarmStartSeats(opponents, imitation, learners.whole(), index_of, learners.resolve)
-    source.opponents = opponents
+        return opponents
+
+    source.wrap_opponents(wrap)
 
 
 def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: bool) -> None:
@@ -322,10 +311,10 @@ class Engine:
         check_named_policies(settings, self.arena.bots, learners)
         self.pending_bot_rngs: dict[str, Any] = {}  # saved streams of bots that join later (add_bot)
         self.learners = learners if learners is not None else Learners()
-        check_teachers(self.learners, self.arena.bots, settings.warm_start)
         self.imitation = Imitation(self.learners, tokenizer, settings.sampling.default.max_new_tokens, settings.seed,
-                                   rank, settings.warm_start, serve=lambda policy: self.served(str(policy)))
-        install_seat_mixes(settings.source, self.learners, self.imitation, lambda: self.arena.steps_done)
+                                   rank, settings.warm_start, bots=self.arena.bots,
+                                   serve=lambda policy: self.served(str(policy)))
+        install_seat_mixes(settings.source, self.learners, self.imitation, lambda: self.batches_played)
 
     # ---- batches ----------------------------------------------------------------------------
     def next_batch(self) -> Batch:

@@ -133,36 +133,44 @@ class TeacherMoves:
         self.teacher = teacher
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
+        self._answers: dict[str, tuple[int, ...]] = {}  # a bot's few distinct moves, each tokenised once
 
     def of(self, rollouts: list[Rollout]) -> list[Move]:
-        moves = []
+        """The teacher's valid moves, in play order; a bot's prompts encoded in one batched call."""
+        from sp_lightning.rollout.chat import encode_chats
+
+        steps: list = []
         for rollout in rollouts:
-            self._collect(rollout, moves)
+            self._collect(rollout, steps)
+        bot_steps = [step for step in steps if not step.completion.completion_ids]
+        prompts = iter(encode_chats(self.tokenizer, [step.info["messages"] for step in bot_steps]))
+        moves = []
+        for step in steps:
+            c = step.completion
+            legal = tuple(step.info["legal_actions"]) if step.info.get("legal_actions") else None
+            if c.completion_ids:
+                moves.append((tuple(c.prompt_ids), tuple(c.completion_ids), legal))
+            else:  # a bot: its move tokenised as the learner would answer it
+                moves.append((tuple(next(prompts)), self._answer(c.text), legal))
         return moves
 
-    def _collect(self, rollout: Rollout, moves: list[Move]) -> None:
+    def _collect(self, rollout: Rollout, steps: list) -> None:
         for step in rollout.steps:
             c = step.completion
             if (c.policy != self.teacher or not step.in_trainable_episode or step.info.get("invalid_move")
                     or c.refused):
                 continue
-            legal = tuple(step.info["legal_actions"]) if step.info.get("legal_actions") else None
-            if c.completion_ids:
-                moves.append((tuple(c.prompt_ids), tuple(c.completion_ids), legal))
-            elif step.info.get("messages") and c.text:  # a bot: tokenised as the learner would answer
-                moves.append((tuple(self._prompt(step.info["messages"])), tuple(self._answer(c.text)), legal))
+            if c.completion_ids or (step.info.get("messages") and c.text):
+                steps.append(step)
         for child in rollout.children:
-            self._collect(child, moves)
+            self._collect(child, steps)
 
-    def _prompt(self, messages: list[dict[str, str]]) -> list[int]:
-        from sp_lightning.rollout.chat import encode_chat
-
-        return encode_chat(self.tokenizer, messages)
-
-    def _answer(self, text: str) -> list[int]:
-        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-        eos = self.tokenizer.eos_token_id
-        return ids + [eos] if eos is not None and len(ids) < self.max_new_tokens else ids
+    def _answer(self, text: str) -> tuple[int, ...]:
+        if text not in self._answers:
+            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+            eos = self.tokenizer.eos_token_id
+            self._answers[text] = tuple(ids + [eos] if eos is not None and len(ids) < self.max_new_tokens else ids)
+        return self._answers[text]
 
 
 @dataclass
@@ -183,25 +191,30 @@ class Imitation:
     run's learner one for its first ``steps`` batches."""
 
     def __init__(self, learners, tokenizer, max_new_tokens: int, seed: int, rank: int = 0,
-                 warm_start: WarmStartSettings | None = None, serve=lambda policy: policy):
-        """``serve``: a teacher as the backend plays it (an adapter directory given as
-        ``checkpoint:<dir>`` is registered and played by its name; ``Engine.served``)."""
+                 warm_start: WarmStartSettings | None = None, bots=(), serve=lambda policy: policy):
+        """``bots``: the names ``bot:<name>`` can seat (a bot teacher must be one of them); ``serve``:
+        a teacher as the backend plays it (an adapter directory given as ``checkpoint:<dir>`` is
+        registered and played by its name; ``Engine.served``)."""
         self.seed, self.rank = seed, rank
         self.pupils: dict[str, _Pupil] = {}
-        for name, settings in imitation_settings(learners).items():
-            teacher = serve(settings.check(f"model.learners.{name}.imitate"))
-            self.pupils[name] = _Pupil(settings, TeacherMoves(teacher, tokenizer, max_new_tokens),
-                                       MoveBuffer(settings.size, settings.sampling))
-        teacher = warm_start.check() if warm_start is not None else None
-        if teacher is not None:
-            teacher = serve(teacher)
+
+        def pupil(settings: ImitationSettings, key: str, until: int | None = None) -> _Pupil:
+            teacher = settings.check(key)
+            if teacher.kind is PolicyKind.BOT and teacher.name not in bots:
+                raise ValueError(f"{key}.teacher: no bot named {teacher.name!r}; expected one of "
+                                 f"{', '.join('bot:' + b for b in sorted(bots))}")
+            return _Pupil(settings, TeacherMoves(serve(teacher), tokenizer, max_new_tokens),
+                          MoveBuffer(settings.size, settings.sampling), until)
+
+        for name in learners.imitating if learners is not None else []:
+            self.pupils[name] = pupil(learners.settings[name].imitate, f"model.learners.{name}.imitate")
+        if warm_start is not None and warm_start.check() is not None:
             whole = learners.whole() if learners is not None else None
             if whole is None:
                 raise ValueError("data.warm_start: warms up the learner that plays every role; with model.learners "
                                  "give one roles: ['*']")
             settings = ImitationSettings(warm_start.teacher, warm_start.size, warm_start.batch, warm_start.sampling)
-            self.pupils[whole.name] = _Pupil(settings, TeacherMoves(teacher, tokenizer, max_new_tokens),
-                                             MoveBuffer(settings.size, settings.sampling), until=warm_start.steps)
+            self.pupils[whole.name] = pupil(settings, "data.warm_start", until=warm_start.steps)
 
     def __bool__(self) -> bool:
         return bool(self.pupils)
@@ -227,21 +240,17 @@ class Imitation:
             batch.metrics[f"imitation/{label}/seen"] = float(pupil.buffer.seen)
 
     def state_dict(self) -> dict[str, Any]:
-        """Each buffer still in use (a finished warm start's is not kept)."""
-        return {name: p.buffer.state_dict() for name, p in self.pupils.items() if p.until is None or p.buffer.seen}
-        # (a finished warm start's buffer is empty: apply dropped it)
+        """Every buffer (a finished warm start's is empty: ``apply`` dropped it)."""
+        return {name: p.buffer.state_dict() for name, p in self.pupils.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, buffer_state in state.items():
             if name in self.pupils:
                 self.pupils[name].buffer.load_state_dict(buffer_state)
 
-    def warming(self, index: int) -> tuple[str, PolicyRef] | None:
-        """(learner, teacher) while batch ``index`` belongs to the warm start, else None."""
-        for name, pupil in self.pupils.items():
-            if pupil.until is not None and index < pupil.until:
-                return name, pupil.teacher.teacher
-        return None
+    def warm_teacher(self, index: int) -> PolicyRef | None:
+        """The warm start's teacher while batch ``index`` belongs to the warm start, else None."""
+        return next((p.teacher.teacher for p in self.pupils.values() if p.until is not None and index < p.until), None)
 
 
 def _record(move: Move, learner: str) -> TrainingRecord:
@@ -252,32 +261,45 @@ def _record(move: Move, learner: str) -> TrainingRecord:
                           imitation=True)
 
 
-def imitation_settings(learners) -> dict[str, ImitationSettings]:
-    """The imitation learners of ``learners`` (a ``Learners``) and their settings."""
-    if learners is None or not learners:
-        return {}
-    return {name: s.imitate for name, s in learners.settings.items() if s.imitate is not None}
+class SeatRewrite:
+    """An opponent sampler (``games.OpponentSampler``'s interface) that wraps the run's own and
+    rewrites the seats it draws (:meth:`rewrite`); its statistics and state stay the inner one's."""
+
+    def __init__(self, inner: OpponentSampler):
+        self.inner = inner
+
+    def rewrite(self, seats: dict[str, PolicyRef], rng: random.Random) -> dict[str, PolicyRef]:
+        raise NotImplementedError
+
+    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
+        return self.rewrite(self.inner.seats(game, rng), rng)
+
+    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
+        return [self.rewrite(seats, rng) for seats in self.inner.batch_seats(games, rng)]
+
+    def observe(self, rollouts: list) -> None:
+        self.inner.observe(rollouts)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.inner.load_state_dict(state)
 
 
-class AnticipatoryPlay:
+class AnticipatoryPlay(SeatRewrite):
     """NFSP's mix of best response and average policy over the seats of training games: of the
     seats a learner teacher holds in a game, one (drawn uniformly) stays the teacher's, and each
     other is the teacher's with probability ``anticipatory`` and the imitating learner's
-    otherwise. Wraps the run's opponent sampler (``games.OpponentSampler``'s interface), whose
-    statistics and state stay its own."""
+    otherwise."""
 
     def __init__(self, inner: OpponentSampler, teacher: PolicyRef, average: PolicyRef, anticipatory: float,
                  resolve):
-        self.inner, self.teacher, self.average, self.anticipatory = inner, teacher, average, anticipatory
+        super().__init__(inner)
+        self.teacher, self.average, self.anticipatory = teacher, average, anticipatory
         self.resolve = resolve  # (policy, role) -> the learner that plays it (Learners.resolve)
 
-    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
-        return self._mixed(self.inner.seats(game, rng), rng)
-
-    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
-        return [self._mixed(seats, rng) for seats in self.inner.batch_seats(games, rng)]
-
-    def _mixed(self, seats: dict[str, PolicyRef], rng: random.Random) -> dict[str, PolicyRef]:
+    def rewrite(self, seats: dict[str, PolicyRef], rng: random.Random) -> dict[str, PolicyRef]:
         held = [agent for agent, policy in seats.items() if self.resolve(policy, agent) == self.teacher]
         if len(held) < 2:
             return seats
@@ -285,47 +307,22 @@ class AnticipatoryPlay:
         return {agent: (self.average if agent in held and agent != kept and rng.random() >= self.anticipatory
                         else policy) for agent, policy in seats.items()}
 
-    def observe(self, rollouts: list) -> None:
-        self.inner.observe(rollouts)
 
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
-
-
-class WarmStartSeats:
+class WarmStartSeats(SeatRewrite):
     """During a warm start, the teacher plays every seat of a training game that the learner
-    would have played (``Imitation.warming`` of the batch being drawn, from ``index_of()``); after
-    it, the seats are as drawn. Wraps the run's opponent sampler as :class:`AnticipatoryPlay` does."""
+    would have played (``Imitation.warm_teacher`` of the batch being drawn, ``index_of()``); after
+    it, the seats are as drawn."""
 
-    def __init__(self, inner, imitation: Imitation, learner: PolicyRef, index_of, resolve):
-        self.inner, self.imitation, self.learner = inner, imitation, learner
-        self.index_of, self.resolve = index_of, resolve
+    def __init__(self, inner: OpponentSampler, imitation: Imitation, learner: PolicyRef, index_of, resolve):
+        super().__init__(inner)
+        self.imitation, self.learner, self.index_of, self.resolve = imitation, learner, index_of, resolve
 
-    def seats(self, game: GameSettings, rng: random.Random) -> dict[str, PolicyRef]:
-        return self._replaced(self.inner.seats(game, rng))
-
-    def batch_seats(self, games: list[GameSettings], rng: random.Random) -> list[dict[str, PolicyRef]]:
-        return [self._replaced(seats) for seats in self.inner.batch_seats(games, rng)]
-
-    def _replaced(self, seats: dict[str, PolicyRef]) -> dict[str, PolicyRef]:
-        warming = self.imitation.warming(self.index_of())
-        if warming is None:
+    def rewrite(self, seats: dict[str, PolicyRef], rng: random.Random) -> dict[str, PolicyRef]:
+        teacher = self.imitation.warm_teacher(self.index_of())
+        if teacher is None:
             return seats
-        teacher = warming[1]
         return {agent: (teacher if self.resolve(policy, agent) == self.learner else policy)
                 for agent, policy in seats.items()}
-
-    def observe(self, rollouts: list) -> None:
-        self.inner.observe(rollouts)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.inner.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
 
 
 class WarmStartCheckpoint(L.Callback):

@@ -95,8 +95,7 @@ class SelfPlayModule(L.LightningModule):
         self.update_epochs, self.max_train_tokens, self.share_prompts = update_epochs, max_train_tokens, share_prompts
         self.automatic_optimization = False
         self.learners = Learners(learners)
-        self.loss_of = {name: (LossSettings() if self.learners.imitates(name)  # (its loss: imitation_terms)
-                               else self._own(self.loss_settings, name, "loss")) for name in self.learners.names}
+        self.loss_of = {name: self._own(self.loss_settings, name, "loss") for name in self.learners.names}
         self.optim_of = {name: self._own(self.optim, name, "optimizer") for name in self.learners.names}
         self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path

@@ -73,6 +73,11 @@ class GameMix(EpisodeSource):
     def pick_game(self, rng: random.Random):
         return rng.choices(self.games, weights=[g.weight for g in self.games])[0]
 
+    def wrap_opponents(self, wrap) -> None:
+        """Seat its games with ``wrap(opponent sampler)`` from now on: a sampler that rewrites the
+        seats the run's own draws (``imitation.SeatRewrite``)."""
+        self.opponents = wrap(self.opponents)
+
     def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
         games = [self.pick_game(rng) for _ in range(size)]
         episodes = [game.episode(seats) for game, seats in zip(games, self.opponents.batch_seats(games, rng))]

@@ -41,6 +41,14 @@ class Counts:
     tokens: float
     records: float
     advantage_sum: float
+    imitated: float = 0.0
+    """Of its records, a teacher's moves (``TrainingRecord.imitation``)."""
+
+    @property
+    def imitating(self) -> bool:
+        """Whether this batch trains the learner on a teacher's moves (the same on every rank, so a
+        rank without records runs the same passes as the others)."""
+        return self.imitated > 0
 
 
 def batch_counts(records: dict[str, list[TrainingRecord]]) -> dict[str, Counts]:
@@ -49,8 +57,9 @@ def batch_counts(records: dict[str, list[TrainingRecord]]) -> dict[str, Counts]:
     every rank's records."""
     names = list(records)
     flat = distributed.sum_floats([value for name in names for value in (
-        sum(sum(r.action_mask) for r in records[name]), len(records[name]), sum(r.advantage for r in records[name]))])
-    return {name: Counts(*flat[3 * k: 3 * k + 3]) for k, name in enumerate(names)}
+        sum(sum(r.action_mask) for r in records[name]), len(records[name]), sum(r.advantage for r in records[name]),
+        sum(r.imitation for r in records[name]))])
+    return {name: Counts(*flat[4 * k: 4 * k + 4]) for k, name in enumerate(names)}
 
 
 class PolicyUpdate:
@@ -64,7 +73,7 @@ class PolicyUpdate:
         passes stepped."""
         host = self.host
         for name, own in records.items():
-            if len({r.imitation for r in own}) > 1:  # (the data side never mixes them: a bug if it did)
+            if 0 < counts[name].imitated < counts[name].records:  # (the data side never mixes them: a bug if it did)
                 raise RuntimeError(f"learner {name!r}: a batch mixes a teacher's moves with its own")
         active = [name for name in host.learners.names if counts[name].records]
         micro_batches = {name: self._micro_batches(records[name]) for name in active}
@@ -78,7 +87,7 @@ class PolicyUpdate:
         try:
             if host.credit is not None:  # advantages from the values of the weights that played
                 for name in active:
-                    if all(r.imitation for r in records[name]):  # a teacher's moves: no advantage to estimate
+                    if counts[name].imitating:  # a teacher's moves: no advantage to estimate
                         continue
                     activate(host.model, name)
                     value_stats[name] = self._value_pass(name, micro_batches[name], fillers[name])
@@ -108,7 +117,7 @@ class PolicyUpdate:
                 for micro in micro_batches[name]:
                     self._backward(name, micro, counts[name], step, pass_totals[name])
                 for _ in range(fillers[name]):
-                    self._filler_pass(name)
+                    self._filler_pass(name, counts[name].imitating)
         # the gradients summed over the ranks once per pass (a rank with fewer or no
         # micro-batches did fewer or no backward passes: the one collective follows them)
         heads = list(host.value_heads.parameters()) if host.value_heads is not None else []
@@ -138,7 +147,7 @@ class PolicyUpdate:
         """The loss of learner ``name``'s micro-batch and its backward pass; its diagnostics added to
         ``totals``, weighted by its share of the trained tokens."""
         host = self.host
-        imitation = micro.records[0].imitation  # a learner's batch is all a teacher's moves or all its own
+        imitation = counts.imitating
         terms = host.imitation_terms if imitation else host.terms_of[name]
         logprobs, logits, hidden = host.policy_forward(micro.tensors, hidden=host.credit is not None and not imitation)
         if micro.trainer_logprobs is None:  # the first pass: still the weights that played
@@ -189,7 +198,7 @@ class PolicyUpdate:
             start = end
         return value_diagnostics(values, targets, advantages)
 
-    def _filler_pass(self, name: str) -> None:
+    def _filler_pass(self, name: str, imitating: bool) -> None:
         """The forward and backward passes of a micro-batch, on two padding tokens, with a loss of
         zero: what a rank with fewer micro-batches than the others runs under a sharded model,
         whose every pass gathers each layer's weights from all ranks (a rank that skipped one
@@ -197,7 +206,7 @@ class PolicyUpdate:
         the policy's forward, the reference forward when the KL term runs, the backward."""
         host = self.host
         logits = host.policy_forward.filler()
-        if host.needs_reference(name):
+        if host.needs_reference(name) and not imitating:
             with torch.no_grad(), host.model.disable_adapter():
                 host.policy_forward.filler()
         host.manual_backward(logits.sum() * 0.0)

@@ -204,16 +204,22 @@ RANDOM_STUDENT = ["--model.learners", json.dumps({"main": {"roles": ["*"]}, "stu
     "imitate": {"teacher": "bot:random", "size": 20, "batch": 16}}}), "--data.episodes_per_batch", "12"]
 
 
-def _resumable_fit(root, steps: int, *args: str):
+def _checkpointed_fit(config: str, root, steps: int, *args: str):
+    """``sp-lightning fit`` of ``config`` in this process for ``steps`` steps, no validation or
+    logger, ``last.ckpt`` in ``root / "ckpt"`` after every step."""
     from sp_lightning.cli import main
 
-    main(["fit", "--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"), *RANDOM_STUDENT,
+    main(["fit", "--config", os.path.join(CONFIGS, config),
           "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
           "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
           "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                                                "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
                                                              "every_n_train_steps": 1,
                                                              "enable_version_counter": False}}]), *args])
+
+
+def _resumable_fit(root, steps: int, *args: str):
+    _checkpointed_fit("kuhn_poker_tiny.yaml", root, steps, *RANDOM_STUDENT, *args)
 
 
 @pytest.mark.slow  # a fit
@@ -259,15 +265,7 @@ class _Batches(L.Callback):
 
 
 def _warm_fit(root, steps: int, *args: str):
-    from sp_lightning.cli import main
-
-    main(["fit", "--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM,
-          "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
-          "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
-          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                               "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
-                                                             "every_n_train_steps": 1,
-                                                             "enable_version_counter": False}}]), *args])
+    _checkpointed_fit("tictactoe_tiny.yaml", root, steps, *WARM, *args)
 
 
 @pytest.mark.slow  # a fit
@@ -340,8 +338,13 @@ def test_a_warm_start_can_imitate_a_checkpoint_given_as_an_adapter_directory(tmp
     trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
                            default_root_dir=str(tmp_path), callbacks=[kept], enable_progress_bar=False)
     trainer.fit(module, datamodule=dm)
+    taught = set()
     for batch in kept.batches:
         assert "checkpoint:teacher" in {str(p) for r in batch.rollouts for p in r.seats.values()}
-        played = [s.completion for r in batch.rollouts for s in r.steps if str(s.completion.policy) == "checkpoint:teacher"]
-        assert played and all(c.completion_ids for c in played)
-        assert all(r.imitation for r in batch.records)
+        played = [s for r in batch.rollouts for s in r.steps if str(s.completion.policy) == "checkpoint:teacher"]
+        assert played and all(s.completion.completion_ids for s in played)
+        taught |= {(tuple(s.completion.prompt_ids), tuple(s.completion.completion_ids)) for s in played
+                   if not s.info["invalid_move"]}
+        assert batch.metrics["imitation/learner/new_moves"] == sum(not s.info["invalid_move"] for s in played)
+        assert all(r.imitation and (tuple(r.prompt_ids), tuple(r.completion_ids)) in taught for r in batch.records)
+    assert taught, "the untrained teacher played some legal moves to imitate"
