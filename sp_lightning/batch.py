@@ -56,6 +56,7 @@ def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:
                 step_reward=float(step.reward),
                 temperature=c.temperature,
                 logprobs_from_trainer=c.logprobs_from_trainer,
+                invalid_move=bool(step.info.get("invalid_move")),
             )
         )
         turns[trajectory] += 1
@@ -112,10 +113,13 @@ def describe_rollout(rollout: Rollout, max_chars: int = 160, indent: str = "") -
 
 
 def decoded_record(record: TrainingRecord, tokenizer=None) -> dict:
-    """A record as text (ids where there is no tokenizer), with its mask, reward and advantage."""
+    """A record as text (ids where there is no tokenizer), with its mask, reward and advantage, the
+    learner it trains, the moves the game allowed and whether the game refused it: what a log of
+    records read as a teacher (``imitation.LoggedMoves``) needs."""
     def text(ids):
         return tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
 
     return {"prompt": text(record.prompt_ids), "completion": text(record.completion_ids),
             "action_mask": list(record.action_mask), "reward": record.reward,
-            "advantage": record.advantage, "policy_version": record.policy_version}
+            "advantage": record.advantage, "policy_version": record.policy_version, "learner": record.learner,
+            "legal_actions": record.legal_actions, "invalid_move": record.invalid_move}

@@ -174,8 +174,8 @@ class SelfPlayDataModule(L.LightningDataModule):
             sampling_by_policy: A policy's own sampling, by spec (``learner:solver``,
                 ``checkpoint:<id>``) or kind (``base``, ``checkpoint``, ``learner``); it wins over
                 the role's where both set a key.
-            warm_start: Begin with ``steps`` steps of imitation of a teacher (a bot, a checkpoint, the
-                base model) playing the learner's seats, then self-play; ``warm_start.ckpt`` is kept
+            warm_start: Begin with ``steps`` steps of imitation of a teacher (a bot, a checkpoint or the
+                base model playing the learner's seats, or logged games), then self-play; ``warm_start.ckpt`` is kept
                 beside the run's checkpoints (sp_lightning.imitation.WarmStartSettings).
         """
         super().__init__()

@@ -28,6 +28,10 @@ run, a bot or a checkpoint of the training mix::
   one seat of its own. So the teacher learns a best response to a mix of itself and its average,
   and the average learns from the best responses.
 - The learner's own moves (where it is seated) are never trained by policy gradient.
+- ``teacher: log:<path>`` imitates logged games instead of a policy of the run: a JSONL file of
+  moves (``LoggedMoves``), such as the decoded records an earlier run's episode log wrote
+  (``data.episode_log.records``, from ``fit`` or from ``rollout --checkpoint``). The buffer takes
+  the file's moves once, by the same sampling, before the first step.
 
 The buffer is part of the run's state: a resumed run continues with the buffer the checkpoint
 saved, and each batch's draws come from the batch's own random stream, as the games do.
@@ -35,6 +39,7 @@ saved, and each batch's draws come from the batch's own random stream, as the ga
 
 from __future__ import annotations
 
+import json
 import random
 from collections import deque
 from dataclasses import dataclass
@@ -42,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import lightning as L
 
-from sp_lightning.learners import ImitationSettings
+from sp_lightning.learners import ImitationSettings, LoggedGames
 from sp_lightning.types import PolicyKind, PolicyRef, Rollout, TrainingRecord
 
 if TYPE_CHECKING:
@@ -59,7 +64,9 @@ class WarmStartSettings:
     the result. The learner is the run's one learner (or the one of ``roles: ["*"]``)."""
 
     teacher: str = ""
-    """The policy imitated: ``bot:<name>``, ``checkpoint:<id>`` or ``base``."""
+    """The policy imitated: ``bot:<name>``, ``checkpoint:<id>`` or ``base``, or the logged games of
+    ``log:<path>`` (a JSONL file of moves, ``LoggedMoves``; the learner then plays its own seats, and
+    its moves there are not trained)."""
     steps: int = 0
     """Training steps of imitation (0: no warm start)."""
     size: int = 50_000
@@ -69,15 +76,15 @@ class WarmStartSettings:
     sampling: str = "reservoir"
     """reservoir | recent (as ``imitate.sampling``)."""
 
-    def check(self, key: str = "data.warm_start") -> PolicyRef | None:
+    def check(self, key: str = "data.warm_start") -> PolicyRef | LoggedGames | None:
         """The teacher (None: no warm start); raises naming ``key`` on a bad setting."""
         if not (isinstance(self.steps, int) and self.steps >= 0):
             raise ValueError(f"{key}.steps: expected an int >= 0, got {self.steps!r}")
         if not self.steps:
             return None
         if str(self.teacher).partition(":")[0] == PolicyKind.LEARNER.value:
-            raise ValueError(f"{key}.teacher: a warm start imitates a bot, a checkpoint or the base model, not "
-                             f"{self.teacher}")
+            raise ValueError(f"{key}.teacher: a warm start imitates a bot, a checkpoint, the base model or logged "
+                             f"games, not {self.teacher}")
         return ImitationSettings(self.teacher, self.size, self.batch, self.sampling).check(key)
 
 
@@ -154,6 +161,10 @@ class TeacherMoves:
                 moves.append((tuple(next(prompts)), self._answer(c.text), legal))
         return moves
 
+    def once(self) -> list[Move]:
+        """Moves that come before any game (none: a policy's moves come from the games it plays)."""
+        return []
+
     def _collect(self, rollout: Rollout, steps: list) -> None:
         for step in rollout.steps:
             c = step.completion
@@ -167,10 +178,86 @@ class TeacherMoves:
 
     def _answer(self, text: str) -> tuple[int, ...]:
         if text not in self._answers:
-            ids = list(self.tokenizer.encode(text, add_special_tokens=False))
-            eos = self.tokenizer.eos_token_id
-            self._answers[text] = tuple(ids + [eos] if eos is not None and len(ids) < self.max_new_tokens else ids)
+            self._answers[text] = answer_ids(self.tokenizer, text, self.max_new_tokens)
         return self._answers[text]
+
+
+def answer_ids(tokenizer, text: str, max_new_tokens: int) -> tuple[int, ...]:
+    """A move's text as the learner would answer it: its tokens, then the end of turn where
+    ``max_new_tokens`` leaves room for it."""
+    ids = list(tokenizer.encode(text, add_special_tokens=False))
+    eos = tokenizer.eos_token_id
+    return tuple(ids + [eos] if eos is not None and len(ids) < max_new_tokens else ids)
+
+
+class LoggedMoves:
+    """A teacher that is logged games: a JSONL file, one move a line, read once before the first step.
+
+    A line is ``{"prompt": ..., "completion": "<text>"}``, optionally with ``legal_actions`` (the
+    moves the game allowed) and ``invalid_move``:
+
+    - ``prompt`` as text is the prompt as the model saw it, chat template applied, and the
+      completion is taken as written (its end-of-turn token included where the model said it):
+      the decoded records of an episode log (``data.episode_log.records``) are such lines, and the
+      same tokenizer reads them back to the same ids;
+    - ``prompt`` as chat messages (``[{"role": ..., "content": ...}, ...]``) is rendered with the
+      learner's chat template, and the completion is answered as a bot's move is (``answer_ids``).
+
+    Lines marked ``invalid_move`` are skipped (invalid moves are never imitated), as are an episode
+    log's records that were a teacher's moves already (``imitation``). Any other line that cannot
+    be read stops the run with the file, the line and what was expected.
+    """
+
+    teacher = None
+    """No policy of the run plays for it (``Imitation.warm_teacher``)."""
+
+    def __init__(self, logged: LoggedGames, tokenizer, max_new_tokens: int, key: str):
+        self.path, self.tokenizer, self.max_new_tokens, self.key = logged.path, tokenizer, max_new_tokens, key
+
+    def of(self, rollouts: list[Rollout]) -> list[Move]:
+        return []
+
+    def once(self) -> list[Move]:
+        """Every valid move of the file, in its order."""
+        from sp_lightning.rollout.chat import encode_chats
+
+        texts, chats = [], []  # (line number, prompt, completion, legal)
+        with open(self.path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                row = self._row(line, number)
+                if row.get("invalid_move") or row.get("imitation"):
+                    continue
+                legal = tuple(row["legal_actions"]) if row.get("legal_actions") else None
+                (texts if isinstance(row["prompt"], str) else chats).append(
+                    (number, row["prompt"], row["completion"], legal))
+        moves = [(n, tuple(self.tokenizer.encode(prompt, add_special_tokens=False)),
+                  tuple(self.tokenizer.encode(completion, add_special_tokens=False)), legal)
+                 for n, prompt, completion, legal in texts]
+        prompts = encode_chats(self.tokenizer, [prompt for _, prompt, _, _ in chats]) if chats else []
+        moves += [(n, tuple(ids), answer_ids(self.tokenizer, completion, self.max_new_tokens), legal)
+                  for (n, _, completion, legal), ids in zip(chats, prompts)]
+        if not moves:
+            raise ValueError(f"{self.key}.teacher: {self.path} holds no valid move to imitate")
+        return [move[1:] for move in sorted(moves, key=lambda move: move[0])]
+
+    def _row(self, line: str, number: int) -> dict:
+        where = f"{self.key}.teacher: {self.path} line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}: not JSON ({error.msg})") from None
+        prompt = row.get("prompt") if isinstance(row, dict) else None
+        chat = (isinstance(prompt, list) and prompt
+                and all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt))
+        if not ((isinstance(prompt, str) or chat) and isinstance(row.get("completion"), str)):
+            raise ValueError(f"{where}: expected {{\"prompt\": text or chat messages, \"completion\": text}}, got "
+                             f"{line.strip()[:120]}")
+        legal = row.get("legal_actions")
+        if legal is not None and not (isinstance(legal, list) and all(isinstance(a, str) for a in legal)):
+            raise ValueError(f"{where}: legal_actions: expected a list of strings, got {legal!r}")
+        return row
 
 
 @dataclass
@@ -178,9 +265,11 @@ class _Pupil:
     """A learner that imitates: its teacher's moves, their buffer, and until which batch (None: all run)."""
 
     settings: ImitationSettings
-    teacher: TeacherMoves
+    teacher: TeacherMoves | LoggedMoves
     buffer: MoveBuffer
     until: int | None = None
+    filled: bool = False
+    """Whether the moves that come before any game (``once``: a log's) are in the buffer."""
 
 
 class Imitation:
@@ -200,6 +289,9 @@ class Imitation:
 
         def pupil(settings: ImitationSettings, key: str, until: int | None = None) -> _Pupil:
             teacher = settings.check(key)
+            if isinstance(teacher, LoggedGames):
+                return _Pupil(settings, LoggedMoves(teacher, tokenizer, max_new_tokens, key),
+                              MoveBuffer(settings.size, settings.sampling), until)
             if teacher.kind is PolicyKind.BOT and teacher.name not in bots:
                 raise ValueError(f"{key}.teacher: no bot named {teacher.name!r}; expected one of "
                                  f"{', '.join('bot:' + b for b in sorted(bots))}")
@@ -230,23 +322,50 @@ class Imitation:
             return
         batch.records = [r for r in batch.records if r.learner not in pupils]
         for name, pupil in pupils.items():
+            new = []
+            if not pupil.filled:  # a log's moves, on the first step (of a resumed run too): its own stream
+                new = pupil.teacher.once()
+                pupil.buffer.add(new, random.Random(f"{self.seed}/{self.rank}/imitation/{name}/once"))
+                pupil.filled = True
             rng = random.Random(f"{self.seed}/{self.rank}/{index}/imitation/{name}")
-            new = pupil.teacher.of(batch.rollouts)
-            pupil.buffer.add(new, rng)
+            played = pupil.teacher.of(batch.rollouts)
+            pupil.buffer.add(played, rng)
+            new += played
             batch.records.extend(_record(move, name) for move in pupil.buffer.draw(pupil.settings.batch, rng))
             label = name or "learner"
             batch.metrics[f"imitation/{label}/new_moves"] = float(len(new))
             batch.metrics[f"imitation/{label}/buffer"] = float(len(pupil.buffer))
             batch.metrics[f"imitation/{label}/seen"] = float(pupil.buffer.seen)
+            if name:  # where it was seated (imitate.anticipatory): the moves it played itself
+                own = PolicyRef(PolicyKind.LEARNER, name)
+                batch.metrics[f"imitation/{label}/played"] = float(sum(
+                    1 for rollout in batch.rollouts for step in rollout.steps if step.completion.policy == own))
 
     def state_dict(self) -> dict[str, Any]:
-        """Every buffer (a finished warm start's is empty: ``apply`` dropped it)."""
-        return {name: p.buffer.state_dict() for name, p in self.pupils.items()}
+        """Every buffer (a finished warm start's is empty: ``apply`` dropped it); a log's is read
+        again from its file, so only what was read is kept."""
+        return {name: ({"log": p.teacher.path, "seen": p.buffer.seen} if isinstance(p.teacher, LoggedMoves)
+                       else p.buffer.state_dict()) for name, p in self.pupils.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, buffer_state in state.items():
-            if name in self.pupils:
-                self.pupils[name].buffer.load_state_dict(buffer_state)
+            pupil = self.pupils.get(name)
+            if pupil is None:
+                continue
+            if "log" not in buffer_state:
+                pupil.buffer.load_state_dict(buffer_state)
+            elif buffer_state["seen"] and isinstance(pupil.teacher, LoggedMoves):
+                self._refill(pupil, name, buffer_state["seen"])
+
+    def _refill(self, pupil: _Pupil, name: str, seen: int) -> None:
+        """A resumed run's log buffer, as the run had it: the same moves drawn by the same stream."""
+        moves = pupil.teacher.once()
+        if len(moves) != seen:
+            raise ValueError(f"{pupil.teacher.key}.teacher: {pupil.teacher.path} holds {len(moves)} valid moves, "
+                             f"and the checkpoint's run read {seen}: the file changed since; resume with the "
+                             f"file it read")
+        pupil.buffer.add(moves, random.Random(f"{self.seed}/{self.rank}/imitation/{name}/once"))
+        pupil.filled = True
 
     def warm_teacher(self, index: int) -> PolicyRef | None:
         """The warm start's teacher while batch ``index`` belongs to the warm start, else None."""

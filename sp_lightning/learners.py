@@ -25,6 +25,7 @@ adapter trainable).
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,6 +138,20 @@ def params_of(model, learner: str) -> list:
 
 
 SAMPLINGS = ("reservoir", "recent")
+LOG_TEACHER = "log:"
+"""The prefix of a teacher that is a file of logged moves rather than a policy of the run."""
+
+
+@dataclass(frozen=True)
+class LoggedGames:
+    """A teacher that is a file of logged moves (``log:<path>``, ``imitation.LoggedMoves`` reads it):
+    the records of an earlier run's episode log (``data.episode_log.records``) or any JSONL of
+    prompts and completions."""
+
+    path: str
+
+    def __str__(self) -> str:
+        return LOG_TEACHER + self.path
 
 
 @dataclass
@@ -145,7 +160,8 @@ class ImitationSettings:
 
     teacher: str = ""
     """The policy imitated: ``learner:<name>`` (another learner of the run), ``bot:<name>``,
-    ``checkpoint:<id>`` or ``base``; it must play in the training games."""
+    ``checkpoint:<id>`` or ``base``, which must play in the training games; or ``log:<path>``,
+    a JSONL file of logged moves (``imitation.LoggedMoves``)."""
     size: int = 50_000
     """Moves the buffer keeps."""
     batch: int = 256
@@ -157,16 +173,17 @@ class ImitationSettings:
     """NFSP's eta: the teacher's second seats are the teacher's with this probability and this
     learner's otherwise (None: this learner never plays in training)."""
 
-    def check(self, key: str) -> PolicyRef:
-        """The teacher as a policy; raises naming ``key`` on a bad setting."""
+    def check(self, key: str) -> PolicyRef | LoggedGames:
+        """The teacher, a policy or a file of logged moves; raises naming ``key`` on a bad setting."""
         if not self.teacher:
             raise ValueError(f"{key}.teacher: required: the policy whose moves are imitated (learner:<name>, "
-                             f"bot:<name>, checkpoint:<id> or base)")
-        teacher = parse_policy(self.teacher, f"{key}.teacher")
-        if teacher.kind is PolicyKind.REMOTE:
+                             f"bot:<name>, checkpoint:<id> or base) or log:<path> (a file of logged moves)")
+        teacher = self._teacher(key)
+        policy = teacher if isinstance(teacher, PolicyRef) else None
+        if policy is not None and policy.kind is PolicyKind.REMOTE:
             raise ValueError(f"{key}.teacher: a remote model answers with text only; imitate a learner, a bot, a "
                              f"checkpoint or the base model")
-        if teacher.kind is PolicyKind.LEARNER and not teacher.name:
+        if policy is not None and policy.kind is PolicyKind.LEARNER and not policy.name:
             raise ValueError(f"{key}.teacher: name the learner imitated (learner:<name>)")
         if not (isinstance(self.size, int) and self.size >= 1):
             raise ValueError(f"{key}.size: expected an int >= 1, got {self.size!r}")
@@ -175,12 +192,21 @@ class ImitationSettings:
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"{key}.sampling: expected one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
         if self.anticipatory is not None:
-            if teacher.kind is not PolicyKind.LEARNER:
+            if policy is None or policy.kind is not PolicyKind.LEARNER:
                 raise ValueError(f"{key}.anticipatory: the seats it shares are a learner teacher's; the teacher "
                                  f"here is {self.teacher}")
             if not 0.0 <= self.anticipatory < 1.0:
                 raise ValueError(f"{key}.anticipatory: expected a probability in [0, 1), got {self.anticipatory!r}")
         return teacher
+
+    def _teacher(self, key: str) -> PolicyRef | LoggedGames:
+        if not str(self.teacher).startswith(LOG_TEACHER):
+            return parse_policy(self.teacher, f"{key}.teacher")
+        path = self.teacher[len(LOG_TEACHER):]
+        if not os.path.isfile(path):
+            raise ValueError(f"{key}.teacher: no file {path!r}; log:<path> names a JSONL file of logged moves (the "
+                             f"data.episode_log.records of an earlier run, or lines of prompt and completion)")
+        return LoggedGames(path)
 
 
 @dataclass
@@ -318,7 +344,7 @@ def _check_imitation(settings: dict[str, LearnerSettings]) -> None:
         if learner.loss:
             raise ValueError(f"{key}.loss: an imitation learner's loss is the cross-entropy of its teacher's moves; "
                              f"drop loss (got {sorted(learner.loss)})")
-        if teacher.kind is PolicyKind.LEARNER:
+        if isinstance(teacher, PolicyRef) and teacher.kind is PolicyKind.LEARNER:
             other = settings.get(teacher.name)
             if other is None or teacher.name == name:
                 raise ValueError(f"{key}.imitate.teacher: {learner.imitate.teacher} is not another learner of "

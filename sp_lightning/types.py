@@ -233,6 +233,9 @@ class TrainingRecord:
     """The temperature its completion was sampled at (``Completion.temperature``)."""
     logprobs_from_trainer: bool = False
     """Whether its behaviour logprobs are the trainer's own computation (``Completion.logprobs_from_trainer``)."""
+    invalid_move: bool = False
+    """The game refused its move (``Step.info["invalid_move"]``); logged with the record, so that
+    logged games taken as a teacher (``imitation.LoggedMoves``) leave it out."""
     imitation: bool = False
     """A teacher's move to imitate (``sp_lightning.imitation``): trained by cross-entropy, not by policy
     gradient (it has no advantage or behaviour logprobs)."""

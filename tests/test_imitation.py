@@ -15,10 +15,11 @@ import torch
 
 from sp_lightning import build_from_config, make_trainer
 from sp_lightning.games import FixedMix, GameSettings
-from sp_lightning.imitation import AnticipatoryPlay, MoveBuffer, TeacherMoves
-from sp_lightning.learners import ImitationSettings, LearnerSettings, Learners, adapter_of
+from sp_lightning.imitation import AnticipatoryPlay, Imitation, LoggedMoves, MoveBuffer, TeacherMoves
+from sp_lightning.learners import ImitationSettings, LearnerSettings, Learners, LoggedGames, adapter_of
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.rollout.chat import encode_chat
+from sp_lightning.batch import Batch
 from sp_lightning.types import Completion, PolicyKind, PolicyRef, Rollout, Step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -94,6 +95,82 @@ def test_a_learner_teachers_own_tokens_are_imitated_in_nested_episodes_that_trai
     rollout = Rollout("top", steps=[Step("a", played), ignored, Step("b", Completion("z", [9], [9], policy=AVERAGE))],
                       children=[child])
     assert TeacherMoves(MAIN, tokenizer, 1).of([rollout]) == [((5, 6), (7, 8), None)] * 2
+
+
+# ---- logged games as the teacher --------------------------------------------------------------------
+def _log(path, rows):
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return LoggedGames(str(path))
+
+
+def test_logged_moves_read_a_records_line_to_its_ids_and_chat_messages_as_a_bots_move(tokenizer, tmp_path):
+    """A text prompt (an episode log's decoded record) reads back to the ids it was decoded from;
+    chat messages are rendered with the learner's chat template and answered as a bot's move; the
+    invalid moves and a teacher's moves logged before are skipped."""
+    messages = [{"role": "user", "content": "Board ... Legal moves: [0] [4]"}]
+    prompt_ids = encode_chat(tokenizer, messages)
+    said = list(tokenizer.encode("[4]", add_special_tokens=False)) + [tokenizer.eos_token_id]
+    logged = _log(tmp_path / "moves.jsonl", [
+        {"prompt": tokenizer.decode(prompt_ids), "completion": tokenizer.decode(said), "legal_actions": ["[0]", "[4]"]},
+        {"prompt": tokenizer.decode(prompt_ids), "completion": "[1]", "invalid_move": True},
+        "",
+        {"prompt": messages, "completion": "[0]"},
+        {"prompt": "x", "completion": "[0]", "imitation": True}])
+    moves = LoggedMoves(logged, tokenizer, max_new_tokens=8, key="k").once()
+    answer = tuple(tokenizer.encode("[0]", add_special_tokens=False)) + (tokenizer.eos_token_id,)
+    assert moves == [(tuple(prompt_ids), tuple(said), ("[0]", "[4]")), (tuple(prompt_ids), answer, None)]
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["{not json"], "moves.jsonl line 1: not JSON"),
+    ([{"prompt": "p"}], r"line 1: expected \{\"prompt\": text or chat messages, \"completion\": text\}"),
+    ([{"prompt": "p", "completion": "c"}, {"prompt": [{"role": "user"}], "completion": "c"}], "line 2: expected"),
+    ([{"prompt": "p", "completion": "c", "legal_actions": "[0]"}], "legal_actions: expected a list of strings"),
+    ([{"prompt": "p", "completion": "c", "invalid_move": True}], "holds no valid move to imitate"),
+])
+def test_a_log_that_cannot_be_read_names_the_key_the_file_and_the_line(tokenizer, tmp_path, rows, message):
+    logged = _log(tmp_path / "moves.jsonl", rows)
+    with pytest.raises(ValueError, match=f"model.learners.student.imitate.teacher: .*{message}"):
+        LoggedMoves(logged, tokenizer, 8, "model.learners.student.imitate").once()
+
+
+def test_a_missing_log_and_a_log_with_anticipatory_seats_are_refused_naming_the_key(tmp_path):
+    with pytest.raises(ValueError, match="model.learners.student.imitate.teacher: no file '.*nowhere.jsonl'"):
+        ImitationSettings(f"log:{tmp_path / 'nowhere.jsonl'}").check("model.learners.student.imitate")
+    (tmp_path / "moves.jsonl").write_text("")
+    with pytest.raises(ValueError, match="anticipatory: the seats it shares are a learner teacher's"):
+        ImitationSettings(f"log:{tmp_path / 'moves.jsonl'}", anticipatory=0.1).check("k")
+
+
+def test_a_logs_buffer_fills_before_the_first_step_and_a_resumed_run_reads_it_again_alike(tokenizer, tmp_path):
+    """The log's moves go to the buffer once (their own random stream); the run's state keeps only
+    how many were read, and a resumed run's buffer, read again, draws what the first one drew.
+    A file that changed since is refused."""
+    path = tmp_path / "moves.jsonl"
+    _log(path, [{"prompt": f"prompt {k}", "completion": f"[{k % 9}]"} for k in range(40)])
+    learners = Learners({"main": LearnerSettings(roles=["*"]), "student": LearnerSettings(
+        imitate=ImitationSettings(f"log:{path}", size=10, batch=6))})
+
+    def imitation():
+        return Imitation(learners, tokenizer, max_new_tokens=4, seed=3)
+
+    first = imitation()
+    batches = [Batch(records=[], rollouts=[]) for _ in range(3)]
+    for index, batch in enumerate(batches):
+        first.apply(batch, index)
+    assert [b.metrics["imitation/student/new_moves"] for b in batches] == [40, 0, 0]
+    assert batches[0].metrics["imitation/student/buffer"] == 10 and len(batches[2].records) == 6
+    state = first.state_dict()
+    assert state == {"student": {"log": str(path), "seen": 40}}, "the moves themselves stay in the file"
+    resumed = imitation()
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    again = Batch(records=[], rollouts=[])
+    resumed.apply(again, 2)
+    assert [(r.prompt_ids, r.completion_ids) for r in again.records] == [
+        (r.prompt_ids, r.completion_ids) for r in batches[2].records]
+    _log(path, [{"prompt": "p", "completion": "c"}])
+    with pytest.raises(ValueError, match="holds 1 valid moves, and the checkpoint's run read 40: the file changed"):
+        imitation().load_state_dict(state)
 
 
 # ---- NFSP's anticipatory mix ------------------------------------------------------------------------
@@ -348,3 +425,29 @@ def test_a_warm_start_can_imitate_a_checkpoint_given_as_an_adapter_directory(tmp
         assert batch.metrics["imitation/learner/new_moves"] == sum(not s.info["invalid_move"] for s in played)
         assert all(r.imitation and (tuple(r.prompt_ids), tuple(r.completion_ids)) in taught for r in batch.records)
     assert taught, "the untrained teacher played some legal moves to imitate"
+
+
+@pytest.mark.slow  # two fits
+def test_a_warm_start_imitates_the_records_an_earlier_runs_episode_log_wrote(tmp_path):
+    """One run logs its records (``data.episode_log.records``); they read back to the very ids it
+    played, its invalid moves left out; a second run warm-starts on them (``log:<path>``): its
+    first steps train on those moves only, while its learner plays its own seats."""
+    from tests.helpers import fit_batches
+
+    records = tmp_path / "records.jsonl"
+    config = os.path.join(CONFIGS, "tictactoe_tiny.yaml")
+    _, logged = fit_batches(config, tmp_path / "first", 2, "--data.episodes_per_batch", "8", "--data.eval.held_out",
+                            "[]", "--data.episode_log.path", str(tmp_path / "episodes.log"),
+                            "--data.episode_log.records", str(records))
+    played = [(tuple(r.prompt_ids), tuple(r.completion_ids)) for b in logged for r in b.records if not r.invalid_move]
+    assert played and len(played) < sum(len(b.records) for b in logged), "some moves were invalid, some not"
+    _, tok = load_policy(PolicySettings(model="tiny"))
+    assert [m[:2] for m in LoggedMoves(LoggedGames(str(records)), tok, 4, "k").once()] == played
+
+    _, warm = fit_batches(config, tmp_path / "second", 2, "--data.episodes_per_batch", "8", "--data.eval.held_out",
+                          "[]", "--data.warm_start", json.dumps({"teacher": f"log:{records}", "steps": 2, "batch": 32}))
+    for batch in warm:
+        assert any(p.kind is PolicyKind.LEARNER for r in batch.rollouts for p in r.seats.values())
+        assert len(batch.records) == 32 and all(r.imitation for r in batch.records)
+        assert {(tuple(r.prompt_ids), tuple(r.completion_ids)) for r in batch.records} <= set(played)
+    assert warm[0].metrics["imitation/learner/new_moves"] == len(played)

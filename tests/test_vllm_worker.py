@@ -5,6 +5,7 @@ One engine serves the whole module (it takes ~20 s to start and ~20 s to compile
 config checks at the bottom need no engine and run in the main environment too.
 """
 
+import json
 import os
 import signal
 from contextlib import contextmanager
@@ -390,6 +391,22 @@ def test_async_fit_plays_on_vllm_while_the_trainer_steps_within_the_lag_bound(tm
     # synchronous fit's few 1e-6): that gap is what the weights correct
     assert max(e.value for e in events.Scalars("train/sampler_mismatch")) > LOGPROB_TOLERANCE
     assert len(events.Histograms("rollout/policy_lag")) == 5
+
+
+def test_an_imitation_learner_trains_and_plays_its_seats_as_its_own_adapter_on_vllm(tmp_path):
+    """NFSP on the vLLM backend: an average learner imitating the main learner's moves (records
+    made after play, so backend-free) trains every step, and plays the mirror games' second seats
+    it is given (``imitate.anticipatory``) as its own adapter in the engine, a new version each step."""
+    learners = {"main": {"roles": ["*"]},
+                "average": {"imitate": {"teacher": "learner:main", "size": 500, "batch": 32, "anticipatory": 0.5}}}
+    events = _fit_vllm_config(tmp_path, 3, "--model.learners", json.dumps(learners))
+    nll = [e.value for e in events.Scalars("train/average/imitation_nll")]
+    assert len(nll) == 3 and all(0 < value < 20 for value in nll)
+    buffer = [e.value for e in events.Scalars("imitation/average/buffer")]
+    assert buffer == sorted(buffer) and buffer[0] > 0
+    assert [e.value for e in events.Scalars("train/main/records")] and "train/average/pg_loss" not in events.Tags()["scalars"]
+    played = [e.value for e in events.Scalars("imitation/average/played")]
+    assert len(played) == 3 and all(value > 0 for value in played)
 
 
 # ---- the remote backend against real vLLM servers on loopback ---------------------------------
