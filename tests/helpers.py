@@ -102,7 +102,7 @@ class ScriptedOpenAIServer:
     requests get HTTP ``status`` (with a 1 ms retry-after), the first ``slow_first`` wait
     ``delay`` seconds before answering; ``GET /v1/version`` answers ``{"version": 7}``.
     ``POST /v1/completions`` (a vLLM server's, with token ids) answers ``max_tokens`` scripted
-    tokens with logprob -0.5 each, and ``POST /v1/load_lora_adapter`` accepts any adapter: what a
+    tokens with logprob -0.5 each, and ``POST /v1/load_lora_adapter`` (and ``unload_``) accepts any adapter: what a
     ``ServerRolloutWorker`` needs to run against it. Every request's body is kept in ``bodies``."""
 
     def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0):
@@ -141,7 +141,7 @@ class ScriptedOpenAIServer:
                     return
                 if hit <= server.slow_first:
                     time.sleep(server.delay)
-                if self.path.endswith("/load_lora_adapter"):
+                if self.path.endswith(("/load_lora_adapter", "/unload_lora_adapter")):
                     self._send(200, {})
                     return
                 if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):

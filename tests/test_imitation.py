@@ -451,3 +451,32 @@ def test_a_warm_start_imitates_the_records_an_earlier_runs_episode_log_wrote(tmp
         assert len(batch.records) == 32 and all(r.imitation for r in batch.records)
         assert {(tuple(r.prompt_ids), tuple(r.completion_ids)) for r in batch.records} <= set(played)
     assert warm[0].metrics["imitation/learner/new_moves"] == len(played)
+
+
+@pytest.mark.slow  # a fit
+def test_imitation_learners_train_on_a_server_fleet_and_the_average_is_served_as_its_own_adapter(serve, tmp_path):
+    """The server backend (``ServerRolloutWorker`` against a scripted vLLM-like server on loopback):
+    a student of the random bot trains on the bot's moves, and NFSP's average, seated by
+    ``anticipatory``, is loaded onto the server as its own adapter each step and plays from it."""
+    from tests.helpers import fit_batches
+
+    server = serve()
+    learners = {"main": {"roles": ["*"]},
+                "student": {"imitate": {"teacher": "bot:random", "size": 200, "batch": 16}},
+                "average": {"imitate": {"teacher": "learner:main", "size": 200, "batch": 16, "anticipatory": 0.0}}}
+    rollout = {"class_path": "sp_lightning.rollout.ServerRolloutWorker",
+               "init_args": {"base_urls": [server.url], "served_model": "m", "adapter_dir": str(tmp_path / "adapters")}}
+    games = [{"id": "tictactoe_v1", "env_kwargs": {"invalid_move": "random"},
+              "opponents": {"learner": 0.5, "bot:random": 0.5}, "reward": {"outcome": "payoff"}}]
+    _, batches = fit_batches(os.path.join(CONFIGS, "tictactoe_tiny.yaml"), tmp_path, 2, "--model.learners",
+                             json.dumps(learners), "--data.rollout", json.dumps(rollout), "--data.games",
+                             json.dumps(games), "--data.episodes_per_batch", "8", "--data.eval.held_out", "[]")
+    for batch in batches:
+        student = [r for r in batch.records if r.learner == "student"]
+        assert len(student) == 16 and all(r.imitation for r in student)
+        assert batch.metrics["imitation/student/new_moves"] > 0
+        assert batch.metrics["imitation/average/played"] > 0
+    loaded = {body["lora_name"] for body in server.bodies if "lora_name" in body}
+    asked = {body["model"] for body in server.bodies if "prompt" in body}
+    average = {name for name in asked if name.startswith("learner-average-")}
+    assert len(average) == 2 and average <= loaded, "each version of the average loaded, then played from"

@@ -8,9 +8,11 @@ from sp_lightning.rollout.base import (
     TransientRolloutError,
 )
 from sp_lightning.rollout.hf import HFRolloutWorker
+from sp_lightning.rollout.remote import RemoteRolloutWorker
+from sp_lightning.rollout.server import ServerRolloutWorker
 from sp_lightning.rollout.vllm import VLLMRolloutWorker  # imports vllm only when an engine starts
 
 __all__ = [
-    "HFRolloutWorker", "RetrySettings", "RolloutFailed", "RolloutWorker", "SamplingSettings", "TransientRolloutError",
-    "VLLMRolloutWorker",
+    "HFRolloutWorker", "RemoteRolloutWorker", "RetrySettings", "RolloutFailed", "RolloutWorker", "SamplingSettings",
+    "ServerRolloutWorker", "TransientRolloutError", "VLLMRolloutWorker",
 ]
