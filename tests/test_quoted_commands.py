@@ -222,3 +222,43 @@ def test_a_quoted_command_is_accepted_by_its_parser(where, command, monkeypatch,
     if args is None:
         return  # a template: `--config <file>`
     parse(subcommand, args)
+
+
+# ---- the class paths the docs and configs name ---------------------------------------------------
+CLASS_PATH = re.compile(r"""class_path\\?["']?\s*:\s*\\?["']?([A-Za-z_][\w.]*)""")
+EXAMPLE_MODULES = ("my_pkg.",)
+"""A user's own module in an example (``my_pkg.MyArena``): not ours to import."""
+
+
+def quoted_class_paths():
+    """``(file, class path)`` of every ``class_path`` in the README, docs, configs, notebooks and
+    benchmark configs, each once."""
+    found = {}
+    for pattern in ("README.md", "docs/*.md", "configs/**/*.yaml", "notebooks/*.ipynb", "benchmarks/**/*.py",
+                    "benchmarks/**/*.yaml"):
+        for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
+            with open(path) as f:
+                for name in CLASS_PATH.findall(f.read()):
+                    if not name.startswith(EXAMPLE_MODULES):
+                        found.setdefault(name, os.path.relpath(path, ROOT))
+    return sorted((where, name) for name, where in found.items())
+
+
+CLASS_PATHS = quoted_class_paths()
+
+
+def test_the_class_paths_are_found():
+    names = {name for _, name in CLASS_PATHS}
+    assert {"sp_lightning.rollout.ServerRolloutWorker", "sp_lightning.credit.RAE",
+            "lightning.pytorch.callbacks.ModelCheckpoint"} <= names
+
+
+@pytest.mark.parametrize(("where", "name"), CLASS_PATHS, ids=[f"{w}:{n}" for w, n in CLASS_PATHS])
+def test_a_quoted_class_path_names_a_class_that_imports(where, name, monkeypatch):
+    """``class_path`` resolves as jsonargparse resolves it: the module, then the attribute (a
+    benchmark's own classes from its folder, which the benchmark puts on the path)."""
+    import importlib
+
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "benchmarks"))
+    module, _, attribute = name.rpartition(".")
+    assert hasattr(importlib.import_module(module), attribute), f"{where}: {name}"
