@@ -221,26 +221,22 @@ class LoggedMoves:
         """Every valid move of the file, in its order."""
         from sp_lightning.rollout.chat import encode_chats
 
-        texts, chats = [], []  # (line number, prompt, completion, legal)
         with open(self.path, encoding="utf-8") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                row = self._row(line, number)
-                if row.get("invalid_move") or row.get("imitation"):
-                    continue
-                legal = tuple(row["legal_actions"]) if row.get("legal_actions") else None
-                (texts if isinstance(row["prompt"], str) else chats).append(
-                    (number, row["prompt"], row["completion"], legal))
-        moves = [(n, tuple(self.tokenizer.encode(prompt, add_special_tokens=False)),
-                  tuple(self.tokenizer.encode(completion, add_special_tokens=False)), legal)
-                 for n, prompt, completion, legal in texts]
-        prompts = encode_chats(self.tokenizer, [prompt for _, prompt, _, _ in chats]) if chats else []
-        moves += [(n, tuple(ids), answer_ids(self.tokenizer, completion, self.max_new_tokens), legal)
-                  for (n, _, completion, legal), ids in zip(chats, prompts)]
-        if not moves:
+            rows = [row for row in (self._row(line, number) for number, line in enumerate(handle, 1) if line.strip())
+                    if not (row.get("invalid_move") or row.get("imitation"))]
+        if not rows:
             raise ValueError(f"{self.key}.teacher: {self.path} holds no valid move to imitate")
-        return [move[1:] for move in sorted(moves, key=lambda move: move[0])]
+        chats = iter(encode_chats(self.tokenizer, [r["prompt"] for r in rows if not isinstance(r["prompt"], str)]))
+        moves = []
+        for row in rows:
+            legal = tuple(row["legal_actions"]) if row.get("legal_actions") else None
+            if isinstance(row["prompt"], str):  # as the model saw it: read back to its ids
+                moves.append((tuple(self.tokenizer.encode(row["prompt"], add_special_tokens=False)),
+                              tuple(self.tokenizer.encode(row["completion"], add_special_tokens=False)), legal))
+            else:  # chat messages: rendered and answered as a bot's move
+                moves.append((tuple(next(chats)), answer_ids(self.tokenizer, row["completion"], self.max_new_tokens),
+                              legal))
+        return moves
 
     def _row(self, line: str, number: int) -> dict:
         where = f"{self.key}.teacher: {self.path} line {number}"
@@ -268,8 +264,6 @@ class _Pupil:
     teacher: TeacherMoves | LoggedMoves
     buffer: MoveBuffer
     until: int | None = None
-    filled: bool = False
-    """Whether the moves that come before any game (``once``: a log's) are in the buffer."""
 
 
 class Imitation:
@@ -290,13 +284,13 @@ class Imitation:
         def pupil(settings: ImitationSettings, key: str, until: int | None = None) -> _Pupil:
             teacher = settings.check(key)
             if isinstance(teacher, LoggedGames):
-                return _Pupil(settings, LoggedMoves(teacher, tokenizer, max_new_tokens, key),
-                              MoveBuffer(settings.size, settings.sampling), until)
-            if teacher.kind is PolicyKind.BOT and teacher.name not in bots:
+                moves = LoggedMoves(teacher, tokenizer, max_new_tokens, key)
+            elif teacher.kind is PolicyKind.BOT and teacher.name not in bots:
                 raise ValueError(f"{key}.teacher: no bot named {teacher.name!r}; expected one of "
                                  f"{', '.join('bot:' + b for b in sorted(bots))}")
-            return _Pupil(settings, TeacherMoves(serve(teacher), tokenizer, max_new_tokens),
-                          MoveBuffer(settings.size, settings.sampling), until)
+            else:
+                moves = TeacherMoves(serve(teacher), tokenizer, max_new_tokens)
+            return _Pupil(settings, moves, MoveBuffer(settings.size, settings.sampling), until)
 
         for name in learners.imitating if learners is not None else []:
             self.pupils[name] = pupil(learners.settings[name].imitate, f"model.learners.{name}.imitate")
@@ -322,11 +316,7 @@ class Imitation:
             return
         batch.records = [r for r in batch.records if r.learner not in pupils]
         for name, pupil in pupils.items():
-            new = []
-            if not pupil.filled:  # a log's moves, on the first step (of a resumed run too): its own stream
-                new = pupil.teacher.once()
-                pupil.buffer.add(new, random.Random(f"{self.seed}/{self.rank}/imitation/{name}/once"))
-                pupil.filled = True
+            new = self._fill(pupil, name) if not pupil.buffer.seen else []  # a log's moves, before the first step
             rng = random.Random(f"{self.seed}/{self.rank}/{index}/imitation/{name}")
             played = pupil.teacher.of(batch.rollouts)
             pupil.buffer.add(played, rng)
@@ -354,18 +344,17 @@ class Imitation:
                 continue
             if "log" not in buffer_state:
                 pupil.buffer.load_state_dict(buffer_state)
-            elif buffer_state["seen"] and isinstance(pupil.teacher, LoggedMoves):
-                self._refill(pupil, name, buffer_state["seen"])
+            elif buffer_state["seen"] and len(self._fill(pupil, name)) != buffer_state["seen"]:
+                raise ValueError(f"{pupil.teacher.key}.teacher: {pupil.teacher.path} holds {pupil.buffer.seen} valid "
+                                 f"moves, and the checkpoint's run read {buffer_state['seen']}: the file changed "
+                                 f"since; resume with the file it read")
 
-    def _refill(self, pupil: _Pupil, name: str, seen: int) -> None:
-        """A resumed run's log buffer, as the run had it: the same moves drawn by the same stream."""
+    def _fill(self, pupil: _Pupil, name: str) -> list[Move]:
+        """The moves that come before any game (a log's: ``once``) into the empty buffer, on a
+        stream of their own, so that a resumed run reads them again to the same buffer."""
         moves = pupil.teacher.once()
-        if len(moves) != seen:
-            raise ValueError(f"{pupil.teacher.key}.teacher: {pupil.teacher.path} holds {len(moves)} valid moves, "
-                             f"and the checkpoint's run read {seen}: the file changed since; resume with the "
-                             f"file it read")
         pupil.buffer.add(moves, random.Random(f"{self.seed}/{self.rank}/imitation/{name}/once"))
-        pupil.filled = True
+        return moves
 
     def warm_teacher(self, index: int) -> PolicyRef | None:
         """The warm start's teacher while batch ``index`` belongs to the warm start, else None."""
