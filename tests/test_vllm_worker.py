@@ -395,8 +395,8 @@ def test_async_fit_plays_on_vllm_while_the_trainer_steps_within_the_lag_bound(tm
 
 def test_an_imitation_learner_trains_and_plays_its_seats_as_its_own_adapter_on_vllm(tmp_path):
     """NFSP on the vLLM backend: an average learner imitating the main learner's moves (records
-    made after play, so backend-free) trains every step, and plays the mirror games' second seats
-    it is given (``imitate.anticipatory``) as its own adapter in the engine, a new version each step."""
+    made after play, so backend-free) trains every step, and every step plays mirror games' second
+    seats (``imitate.anticipatory``), which only its own adapter in the engine can answer."""
     learners = {"main": {"roles": ["*"]},
                 "average": {"imitate": {"teacher": "learner:main", "size": 500, "batch": 32, "anticipatory": 0.5}}}
     events = _fit_vllm_config(tmp_path, 3, "--model.learners", json.dumps(learners))
