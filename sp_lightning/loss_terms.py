@@ -35,6 +35,7 @@ from sp_lightning.collate import TrainBatch
 from sp_lightning.losses import (
     AGGREGATIONS, aggregate, legal_magnet_kl, legal_move_entropy, masked_mean, token_entropy,
 )
+from sp_lightning.reference_policy import REFERENCES
 from sp_lightning.schedule import Schedule, schedule_of
 
 
@@ -138,13 +139,19 @@ class PolicyGradient:
 @dataclass
 class KLPenalty:
     """``coef`` x GRPO's per-token k3 estimate ``exp(ref - lp) - (ref - lp) - 1`` of the KL to the
-    reference policy (the base model, adapter off), aggregated; off at 0 (the default, as in Dr.
-    GRPO and DAPO). Its mean is logged either way (0 without reference logprobs)."""
+    reference policy, aggregated; off at 0 (the default, as in Dr. GRPO and DAPO). Its mean is
+    logged either way (0 without reference logprobs)."""
 
     coef: float = 0.0
     """Weight of the penalty; 0 turns it off (and the reference's forward with it)."""
+    reference: str = "base"
+    """base | warm_start. ``base``: the base model, adapter off (GRPO's). ``warm_start``: the policy
+    the run's warm start handed to self-play (``data.warm_start``; RLHF's supervised model), from
+    the end of the warm start on (``sp_lightning.reference_policy``); needs no adapter."""
 
     def __post_init__(self):
+        if self.reference not in REFERENCES:
+            raise ValueError(f"loss.kl.reference: expected one of {REFERENCES}, got {self.reference!r}")
         self.aggregation = Aggregation()
 
     @property

@@ -41,6 +41,7 @@ from sp_lightning.loss_terms import Aggregation, Imitation, LossSettings
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.optimizer import OptimizerSettings, build_optimizer
 from sp_lightning.policy_forward import PolicyForward
+from sp_lightning.reference_policy import ReferenceWeights
 from sp_lightning.rollout.base import WeightUpdate
 from sp_lightning.update import PolicyUpdate, batch_counts
 from sp_lightning.value_head import hidden_size_of
@@ -62,6 +63,7 @@ class SelfPlayModule(L.LightningModule):
         share_prompts: bool = True,
         learners: dict[str, LearnerSettings] | None = None,
         credit=None,
+        warm_start_steps: int = 0,
     ):
         """
         Args:
@@ -85,9 +87,12 @@ class SelfPlayModule(L.LightningModule):
             credit: The run's credit assigner (``data.credit``, linked here by ``sp-lightning
                 fit``): an estimator that learns values (``credit.GAE``) has its value heads
                 trained with the policy and its value term in the loss.
+            warm_start_steps: The run's ``data.warm_start.steps`` (linked here by ``sp-lightning
+                fit``): where ``loss.kl.reference`` is ``warm_start``, the policy after that many
+                steps becomes the KL term's reference (``sp_lightning.reference_policy``).
         """
         super().__init__()
-        self.save_hyperparameters(ignore=["credit"])  # the data block's, linked in: saved there
+        self.save_hyperparameters(ignore=["credit", "warm_start_steps"])  # the data block's, linked in: saved there
         _check_positive(micro_batch_size, micro_batch_tokens, update_epochs)
         self.policy_settings, self.loss_settings = policy or PolicySettings(), loss or LossSettings()
         self.optim = optimizer or OptimizerSettings()
@@ -99,9 +104,10 @@ class SelfPlayModule(L.LightningModule):
         self.optim_of = {name: self._own(self.optim, name, "optimizer") for name in self.learners.names}
         self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
-        if not self.uses_adapter and any(s.needs_reference for s in self.loss_of.values()):
-            raise ValueError("model.loss: the reference the KL penalty (kl.coef) or an extra term reads is the base "
-                             "model with the adapter off; set model.policy.lora, or drop the term")
+        self.warm_start_steps = warm_start_steps
+        _check_references(self.loss_of, bool(self.uses_adapter), warm_start_steps)
+        self.reference = ReferenceWeights()
+        """The warm start's policy, where a learner's KL term regularises toward it (taken at its end)."""
         self.strict_loading = not self.uses_adapter
         self.policy_forward = PolicyForward(self.model, self.tokenizer.pad_token_id)
         self.legal_moves = LegalMoves(self.tokenizer)
@@ -161,8 +167,26 @@ class SelfPlayModule(L.LightningModule):
         return self.share_prompts and not self.sharded and self.policy_forward.can_share_prompts()
 
     def needs_reference(self, name: str) -> bool:
-        """Whether learner ``name``'s loss reads the reference policy (the adapter off)."""
-        return self.loss_of[name].needs_reference and bool(self.uses_adapter)
+        """Whether learner ``name``'s loss reads the reference policy now: the base model (adapter
+        off), or the warm start's policy once the warm start is over."""
+        settings = self.loss_of[name]
+        if not settings.needs_reference:
+            return False
+        return self.reference.ready if settings.kl.reference == "warm_start" else bool(self.uses_adapter)
+
+    def reference_logprobs(self, name: str, batch) -> torch.Tensor:
+        """(B, K) learner ``name``'s reference policy's logprobs of a collated micro-batch."""
+        warm = self.loss_of[name].kl.reference == "warm_start"
+        return self.policy_forward.reference(batch, self.reference if warm else None)
+
+    def _take_reference_when_due(self) -> None:
+        """At the first step after the warm start (before its update), the policy it handed over
+        becomes the reference of the learners whose KL term asks for it. A run resumed from
+        ``warm_start.ckpt`` takes the very same weights; one resumed later reads the copy its
+        checkpoint kept."""
+        if (self.warm_start_steps and not self.reference.ready and self.global_step >= self.warm_start_steps
+                and any(s.needs_reference and s.kl.reference == "warm_start" for s in self.loss_of.values())):
+            self.reference.capture(self.model)
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy``: the frozen base sharded over the ranks with FSDP2, the
@@ -174,6 +198,9 @@ class SelfPlayModule(L.LightningModule):
         if not self.uses_adapter:
             raise ValueError("trainer.strategy: ModelParallelStrategy shards the frozen base model and trains a LoRA "
                              "adapter; set model.policy.lora (or use ddp to train every weight)")
+        if any(s.needs_reference and s.kl.reference == "warm_start" for s in self.loss_of.values()):
+            raise ValueError("model.loss.kl.reference: 'warm_start' is not supported under ModelParallelStrategy "
+                             "(its weight swap is untested on sharded models); use reference: base, or ddp")
         sharding.shard_frozen_base(self.model, sharding.data_parallel_mesh(strategy))
         self.sharded = True
 
@@ -198,6 +225,7 @@ class SelfPlayModule(L.LightningModule):
         # ---- rollout: the batch the engine played with the current weights ----
         batch, _, _ = next(dataloader_iter)
         self.last_batch = batch
+        self._take_reference_when_due()
         start = time.perf_counter()
         mine = {name: [r for r in batch.records if r.learner == name] for name in self.learners.names}
         counts = batch_counts(mine)
@@ -265,6 +293,8 @@ class SelfPlayModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         states = distributed.gather(rng_streams.global_states())  # every rank samples from its own
         checkpoint["rng_states"] = states[0] if len(states) == 1 else states
+        if self.reference.ready:
+            checkpoint[ReferenceWeights.CHECKPOINT_KEY] = self.reference.state_dict()
         if not self.uses_adapter:
             return
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
@@ -273,7 +303,9 @@ class SelfPlayModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         # a checkpoint of another config is refused before Lightning loads it (which would put
         # weights of the wrong shape in place without a word)
-        check_fits(checkpoint, self, f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint")
+        source = f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint"
+        check_fits(checkpoint, self, source)
+        self.reference.load_state_dict(checkpoint.get(ReferenceWeights.CHECKPOINT_KEY), self.model, source)
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank
@@ -344,6 +376,22 @@ class SelfPlayModule(L.LightningModule):
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+
+def _check_references(loss_of: dict[str, LossSettings], uses_adapter: bool, warm_start_steps: int) -> None:
+    """Each learner's KL reference can be had: the base model needs an adapter to switch off, the
+    warm start's policy a warm start."""
+    for name, settings in loss_of.items():
+        if not settings.needs_reference:
+            continue
+        key = f"model.learners.{name}.loss" if name else "model.loss"
+        if settings.kl.reference == "base" and not uses_adapter:
+            raise ValueError(f"{key}: the reference the KL penalty (kl.coef) or an extra term reads is the base "
+                             f"model with the adapter off; set model.policy.lora, use kl.reference: warm_start "
+                             f"after a warm start, or drop the term")
+        if settings.kl.reference == "warm_start" and not warm_start_steps:
+            raise ValueError(f"{key}.kl.reference: 'warm_start' regularises toward the policy a warm start hands "
+                             f"over; set data.warm_start (steps > 0), or use reference: base")
 
 
 def _check_positive(micro_batch_size: int, micro_batch_tokens: int | None, update_epochs: int) -> None:

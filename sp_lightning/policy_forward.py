@@ -5,7 +5,7 @@ Only the columns that predict completion tokens are computed through the LM head
 micro-batch computed once, ``sp_lightning.shared_prompts``); each row's logits are divided by the
 temperature its sampler drew at, so the logprobs are those the sampler's were. A value head's
 hidden states are caught on the way (``value_head.capture_final_hidden``), the reference policy
-is the same model with its adapter off, and a sharded rank that has run out of micro-batches runs
+is the same model with its adapter off (or holding a warm start's weights, ``reference_policy``), and a sharded rank that has run out of micro-batches runs
 a stand-in pass (every pass of a sharded model is a collective).
 """
 
@@ -17,6 +17,7 @@ import torch
 
 from sp_lightning.collate import TrainBatch
 from sp_lightning.losses import gather_logprobs
+from sp_lightning.reference_policy import ReferenceWeights
 from sp_lightning.shared_prompts import shared_window_logits
 from sp_lightning.value_head import capture_final_hidden
 
@@ -46,10 +47,14 @@ class PolicyForward:
             logits = logits / batch.temperatures.to(logits.device, logits.dtype)[:, None, None]
         return gather_logprobs(logits, batch.targets), logits, captured.get("hidden")
 
-    def reference(self, batch: TrainBatch) -> torch.Tensor:
-        """(B, K) the reference policy's logprobs (the base model: adapter off), without gradients."""
+    def reference(self, batch: TrainBatch, weights: ReferenceWeights | None = None) -> torch.Tensor:
+        """(B, K) the reference policy's logprobs, without gradients: the base model (adapter off),
+        or the model holding ``weights`` (the policy a warm start handed over)."""
         with torch.no_grad():
-            return self(batch, disable_adapter=True)[0]
+            if weights is None:
+                return self(batch, disable_adapter=True)[0]
+            with weights.swapped_into(self.model):
+                return self(batch)[0]
 
     def filler(self) -> torch.Tensor:
         """The policy's forward on two padding tokens (a sharded rank's stand-in pass); its logits."""

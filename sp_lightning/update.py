@@ -149,12 +149,15 @@ class PolicyUpdate:
         host = self.host
         imitation = counts.imitating
         terms = host.imitation_terms if imitation else host.terms_of[name]
+        # the reference first: a warm-start reference swaps its weights into the model's own, which
+        # no graph may hold yet (sp_lightning.reference_policy)
+        reference = host.reference_logprobs(name, micro.tensors) if host.needs_reference(name) and not imitation \
+            else None
         logprobs, logits, hidden = host.policy_forward(micro.tensors, hidden=host.credit is not None and not imitation)
         if micro.trainer_logprobs is None:  # the first pass: still the weights that played
             micro.trainer_logprobs = logprobs.detach()
             micro.sampler_mismatch = masked_mean((micro.trainer_logprobs - micro.tensors.old_logprobs).abs(),
                                                  micro.tensors.loss_mask)
-        reference = host.policy_forward.reference(micro.tensors) if host.needs_reference(name) and not imitation else None
         if host.loss_of[name].needs_legal_moves and not imitation and micro.legal is None:
             micro.legal = host.legal_moves.masks(micro.records, micro.tensors, logits.shape[-1])
         batch = LossBatch(micro.tensors, counts.tokens, counts.records, step, micro.logprobs_from_trainer,
@@ -203,12 +206,12 @@ class PolicyUpdate:
         zero: what a rank with fewer micro-batches than the others runs under a sharded model,
         whose every pass gathers each layer's weights from all ranks (a rank that skipped one
         would leave the others waiting). The same passes in the same order as a real micro-batch:
-        the policy's forward, the reference forward when the KL term runs, the backward."""
+        the reference's forward when the KL term runs, the policy's forward, the backward."""
         host = self.host
-        logits = host.policy_forward.filler()
         if host.needs_reference(name) and not imitating:
             with torch.no_grad(), host.model.disable_adapter():
                 host.policy_forward.filler()
+        logits = host.policy_forward.filler()
         host.manual_backward(logits.sum() * 0.0)
 
     def _clipped_and_finite(self, name: str, totals: dict[str, float]) -> bool:

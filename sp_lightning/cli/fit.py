@@ -22,6 +22,12 @@ PARSER_KWARGS = {"allow_abbrev": False, "exit_on_error": False}
 (``argparse.ArgumentError``) for ``sp_lightning.cli.main`` to print as one line, not a usage dump."""
 
 
+def _warm_start_steps(data) -> int:
+    """``data.warm_start.steps`` of the instantiated DataModule (0: no warm start)."""
+    warm_start = data.settings.warm_start
+    return warm_start.steps if warm_start is not None and warm_start.check() is not None else 0
+
+
 class SelfPlayCLI(LightningCLI):
     """LightningCLI with this engine's Trainer defaults and finishing touches. The module
     configures its own optimizer (``model.optimizer``), so LightningCLI's ``--optimizer`` and
@@ -38,6 +44,8 @@ class SelfPlayCLI(LightningCLI):
         # values also trains value heads with the policy, so the module gets the same object
         parser.link_arguments("data", "model.credit", compute_fn=lambda data: data.settings.credit,
                               apply_on="instantiate")
+        # a KL term toward the warm start's policy takes it when the warm start's steps are done
+        parser.link_arguments("data", "model.warm_start_steps", compute_fn=_warm_start_steps, apply_on="instantiate")
 
     def _parse_ckpt_path(self) -> None:
         """Nothing: LightningCLI would load the checkpoint here to overwrite the config's ``model``
