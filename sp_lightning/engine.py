@@ -77,7 +77,10 @@ class EvalSettings:
     also_against: list[str] = field(default_factory=list)
     """More opponents, each evaluated the same way after ``opponent``, logged as
     ``val/<game>/vs/<name>/...`` (e.g. ``bot:tictactoe_perfect``: the draw rate against a perfect
-    player beside the win rate against RandomBot)."""
+    player beside the win rate against RandomBot). With any, ``val/<game>/payoff_over_opponents``
+    is the mean payoff over ``opponent`` and these: a checkpoint rule that reads every yardstick
+    (a best-of rule on the win rate against RandomBot alone keeps the checkpoint that loses most
+    to the perfect player when they tie)."""
     exploitability: bool = False
     """Also compute the policy's exploitability, for games that have it (Kuhn Poker)."""
     online_games: int = 0
@@ -389,9 +392,10 @@ class Engine:
         from sp_lightning.evaluation.strategy import exploitability_metrics
 
         metrics: dict[str, float] = {}
-        lines = []
+        lines, payoffs = [], []
         held_out = all(game is not trained for trained in self.games)
-        for index, opponent in enumerate(opponents or [self.eval.opponent, *self.eval.also_against]):
+        opponents = opponents or [self.eval.opponent, *self.eval.also_against]
+        for index, opponent in enumerate(opponents):
             # each rank plays its share of the games (every world_size-th of each seat, with the
             # seeds they have in the whole match); the results are counted over every rank
             per_seat = max(1, (games or self.eval.games) // len(game.agents))
@@ -403,7 +407,10 @@ class Engine:
                             key=lambda g: g.order)
             result = summarize(played, str(match.tested), match.label, game.agents, seed=self.eval.seed)
             metrics.update(result.as_metrics(prefix if index == 0 else f"{prefix}/vs/{opponent_label(opponent)}"))
+            payoffs.append(result.payoff_mean)
             lines.append(f"{game.name}{' (held out)' if held_out else ''} vs {opponent}: {result.summary()}")
+        if len(opponents) > 1:  # one figure that reads every yardstick, for a checkpoint rule
+            metrics[f"{prefix}/payoff_over_opponents"] = sum(payoffs) / len(payoffs)
         line = "; ".join(lines)
         whole = self.learners.whole()  # exploitability reads one strategy for the whole game
         # ... and each imitation learner's (NFSP's average policy) beside it, under <prefix>/<name>/

@@ -89,3 +89,24 @@ def test_a_held_out_game_can_be_played_against_an_adapter_directory(tmp_path):
     assert prefix == "val/held_out/kuhn_poker_3p_v1" and games == 3
     assert f"kuhn_poker_3p_v1 (held out) vs checkpoint:{tmp_path / 'target'}: 3 games" in line
     assert 0.0 <= metrics["val/held_out/kuhn_poker_3p_v1/legal_move_rate"] <= 1.0
+
+
+def test_validation_against_several_opponents_gives_one_payoff_over_all_of_them_for_a_checkpoint_rule():
+    """``also_against``: each opponent's figures under its own name, and their mean payoff once,
+    so that a checkpoint rule can read every yardstick; a game against one opponent has none."""
+    from sp_lightning import build_from_config
+
+    module, dm = build_from_config("--config", KUHN, "--data.eval.games", "8",
+                                   "--data.eval.also_against", '["bot:kuhn_poker_nash"]',
+                                   "--data.eval.held_out", HELD_OUT)
+    engine = dm.build_engine(module)
+    engine.start()
+    try:
+        (trained, prefix, opponents, games), (held, held_prefix, held_opponents, held_games) = engine.validations()
+        metrics, _ = engine.validate(trained, prefix, opponents, games)
+        held_metrics, _ = engine.validate(held, held_prefix, held_opponents, held_games)
+    finally:
+        engine.close()
+    both = (metrics["val/kuhn_poker_v1/payoff"], metrics["val/kuhn_poker_v1/vs/kuhn_poker_nash/payoff"])
+    assert metrics["val/kuhn_poker_v1/payoff_over_opponents"] == pytest.approx(sum(both) / 2)
+    assert not any(key.endswith("payoff_over_opponents") for key in held_metrics)
