@@ -186,10 +186,6 @@ class SelfPlayDataModule(L.LightningDataModule):
         if episodes_per_batch < 1:
             raise ValueError(f"data.episodes_per_batch: expected >= 1, got {episodes_per_batch}")
         _refuse_overridden_settings(games, opponents, league, episodes)
-        if warm_start is not None and warm_start.check() is not None and league is not None:
-            raise ValueError("data.warm_start and data.league: the league rates the learner's games, and a warm start "
-                             "seats its teacher instead; warm-start a run without the league and start the league "
-                             "from its checkpoint (model.policy.adapter_path)")
         self.warm_start_checkpoint = (WarmStartCheckpoint(warm_start.steps)
                                       if warm_start is not None and warm_start.steps else None)
         self.league_callback = None

@@ -56,7 +56,7 @@ LAYOUT: dict[str, dict[str, list[Any]]] = {
         "legal moves": ["Multiline", [r"val/[^/]+/legal_move_rate$"]],
         "against the other opponents (data.eval.also_against): wins and draws":
             ["Multiline", [r"val/[^/]+/vs/[^/]+/(win|draw)_rate$"]],
-        "payoff": ["Multiline", [r"val/[^/]+/payoff$"]],
+        "payoff": ["Multiline", [r"val/[^/]+/payoff$", r"val/[^/]+/payoff_over_opponents$"]],
         "exploitability": ["Multiline", [r".*exploitability.*"]],
     },
 }

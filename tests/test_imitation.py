@@ -397,10 +397,22 @@ def test_bad_warm_start_settings_name_their_key(warm_start, extra, message):
         dm.build_engine(module)
 
 
-def test_a_warm_start_in_a_league_is_refused_naming_both_keys():
-    with pytest.raises(ValueError, match="data.warm_start and data.league"):
-        build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
-                          "--data.warm_start", json.dumps({"teacher": "bot:random", "steps": 5}))
+@pytest.mark.slow  # a fit
+def test_a_league_rates_only_the_learners_own_games_after_a_warm_start_in_its_seats(tmp_path):
+    """The warm start's teacher (here a bot the league does not have) plays the learner's seats,
+    mirror games included, for 3 steps: no game of those is rated or counted as the learner's, and
+    the league goes on as usual from step 4."""
+    league = tmp_path / "league"
+    _checkpointed_fit("kuhn_poker_league_tiny.yaml", tmp_path, 6, "--data.league.dir", str(league),
+                      "--data.league.evaluator", '{"every": 0}', "--data.episodes_per_batch", "8",
+                      "--data.league.games_per_match", "1",
+                      "--data.warm_start", json.dumps({"teacher": "bot:kuhn_poker_nash", "steps": 3, "batch": 32}))
+    with open(league / "league.json") as f:
+        state = json.load(f)
+    steps = sorted({match["step"] for match in state["matches"]})
+    assert steps and steps[0] > 3, f"games rated at steps {steps}"
+    assert "bot:kuhn_poker_nash" not in json.dumps(state["agents"])
+    assert (tmp_path / "ckpt" / "warm_start.ckpt").exists()
 
 
 @pytest.mark.slow  # a fit
