@@ -200,6 +200,20 @@ RECIPES = {
         "league": "runs/diplomacy_league_tiny/league/league.json",
         "bars": "fit <= 20 min; the trained hero's mean centres above the untrained policy's, intervals apart",
     },
+    "diplomacy_league_tiny_warm_start": {  # the same league, the hero first imitating the planner
+        "config": "configs/diplomacy_league_tiny.yaml",
+        "overlays": ["configs/overlays/diplomacy_warm_start.yaml"],
+        "opponents": ["bot:diplomacy_planner", "bot:random"],
+        "game": "diplomacy_v1",
+        "checkpoint": "last",
+        "games_per_seat": 286,
+        "untrained": True,
+        "warm_start": True,
+        "players": ["bot:diplomacy_planner"],
+        "scores": ["centres"],
+        "league": "runs/diplomacy_league_tiny/league/league.json",
+        "bars": "fit <= 20 min; the trained hero's mean centres above the untrained policy's and the warm start's",
+    },
 }
 CHECKS = {  # --recipes names that run a benchmark of their own, once: (script, its flags, takes --out)
     "exploiter_check": ("exploiter_check.py", ["--game", "kuhn_poker"], True),
