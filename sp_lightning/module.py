@@ -185,8 +185,13 @@ class SelfPlayModule(L.LightningModule):
         ``warm_start.ckpt`` takes the very same weights; one resumed later reads the copy its
         checkpoint kept."""
         if (self.warm_start_steps and not self.reference.ready and self.global_step >= self.warm_start_steps
-                and any(s.needs_reference and s.kl.reference == "warm_start" for s in self.loss_of.values())):
+                and self._held_toward_warm_start):
             self.reference.capture(self.model)
+
+    @property
+    def _held_toward_warm_start(self) -> bool:
+        """Whether some learner's KL term regularises toward the warm start's policy."""
+        return any(s.needs_reference and s.kl.reference == "warm_start" for s in self.loss_of.values())
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy``: the frozen base sharded over the ranks with FSDP2, the
@@ -198,7 +203,7 @@ class SelfPlayModule(L.LightningModule):
         if not self.uses_adapter:
             raise ValueError("trainer.strategy: ModelParallelStrategy shards the frozen base model and trains a LoRA "
                              "adapter; set model.policy.lora (or use ddp to train every weight)")
-        if any(s.needs_reference and s.kl.reference == "warm_start" for s in self.loss_of.values()):
+        if self._held_toward_warm_start:
             raise ValueError("model.loss.kl.reference: 'warm_start' is not supported under ModelParallelStrategy "
                              "(its weight swap is untested on sharded models); use reference: base, or ddp")
         sharding.shard_frozen_base(self.model, sharding.data_parallel_mesh(strategy))
