@@ -47,6 +47,16 @@ RECIPES = {
         "exploitability": "val/kuhn_poker_v1/exploitability",
         "bars": "exploitability <= 0.05 at the result checkpoint and <= 0.08 averaged over the last quarter",
     },
+    # the league recipe starting from an equilibrium player's games, then held near that policy
+    "kuhn_poker_league_tiny_warm_start": {
+        "config": "configs/kuhn_poker_league_tiny.yaml",
+        "overlays": ["configs/overlays/kuhn_poker_warm_start.yaml"],
+        "opponents": ["bot:random", "bot:kuhn_poker_nash"],
+        "game": "kuhn_poker_v1",
+        "exploitability": "val/kuhn_poker_v1/exploitability",
+        "warm_start": True,
+        "bars": "exploitability <= 0.04 at the result checkpoint and <= 0.05 averaged over the last quarter",
+    },
     # the league recipe with an average policy (sp_lightning.imitation) beside the learner: the
     # result is the average's checkpoint with the lowest exploitability, and the average plays
     "kuhn_poker_average_tiny": {

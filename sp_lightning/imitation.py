@@ -432,6 +432,13 @@ class WarmStartSeats(SeatRewrite):
         return {agent: (teacher if self.resolve(policy, agent) == self.learner else policy)
                 for agent, policy in seats.items()}
 
+    def observe(self, rollouts: list) -> None:
+        """A warm-start batch's games are the teacher's, not the learner's: the run's own sampler
+        (a league's ratings, win rates, exploiters' results) sees none of them. (The arena shows a
+        batch before counting it, so ``index_of()`` is still that batch's.)"""
+        if self.imitation.warm_teacher(self.index_of()) is None:
+            self.inner.observe(rollouts)
+
 
 class WarmStartCheckpoint(L.Callback):
     """Writes ``warm_start.ckpt`` once the warm start's ``steps`` training steps are done, into the

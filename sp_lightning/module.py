@@ -105,7 +105,10 @@ class SelfPlayModule(L.LightningModule):
         self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.warm_start_steps = warm_start_steps
-        _check_references(self.loss_of, bool(self.uses_adapter), warm_start_steps)
+        whole = self.learners.whole()
+        self.warmed = None if whole is None else whole.name or ""
+        """The learner a warm start warms (the one that plays every role), if any."""
+        _check_references(self.loss_of, self.learners, bool(self.uses_adapter), warm_start_steps, self.warmed)
         self.reference = ReferenceWeights()
         """The warm start's policy, where a learner's KL term regularises toward it (taken at its end)."""
         self.strict_loading = not self.uses_adapter
@@ -179,14 +182,19 @@ class SelfPlayModule(L.LightningModule):
         warm = self.loss_of[name].kl.reference == "warm_start"
         return self.policy_forward.reference(batch, self.reference if warm else None)
 
-    def _take_reference_when_due(self) -> None:
-        """At the first step after the warm start (before its update), the policy it handed over
-        becomes the reference of the learners whose KL term asks for it. A run resumed from
-        ``warm_start.ckpt`` takes the very same weights; one resumed later reads the copy its
-        checkpoint kept."""
-        if (self.warm_start_steps and not self.reference.ready and self.global_step >= self.warm_start_steps
-                and self._held_toward_warm_start):
-            self.reference.capture(self.model)
+    def _take_reference_when_due(self, batch) -> None:
+        """At the first self-play step (the first batch with moves the warmed learner played and
+        is to learn from by policy gradient), before its update, the policy the warm start handed
+        over becomes its KL term's reference. A run resumed from ``warm_start.ckpt`` takes the
+        very same weights; one resumed later reads the copy its checkpoint kept."""
+        if (self.warm_start_steps and not self.reference.ready and self._held_toward_warm_start
+                and any(r.learner == self.warmed and not r.imitation for r in batch.records)):
+            self.reference.capture(self._warmed_params())
+
+    def _warmed_params(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """The warmed learner's trainable parameters by name in the model: what the reference copies."""
+        mine = {id(p) for p in params_of(self.model, self.warmed)}
+        return [(name, p) for name, p in self.model.named_parameters() if id(p) in mine]
 
     @property
     def _held_toward_warm_start(self) -> bool:
@@ -230,7 +238,7 @@ class SelfPlayModule(L.LightningModule):
         # ---- rollout: the batch the engine played with the current weights ----
         batch, _, _ = next(dataloader_iter)
         self.last_batch = batch
-        self._take_reference_when_due()
+        self._take_reference_when_due(batch)
         start = time.perf_counter()
         mine = {name: [r for r in batch.records if r.learner == name] for name in self.learners.names}
         counts = batch_counts(mine)
@@ -310,7 +318,8 @@ class SelfPlayModule(L.LightningModule):
         # weights of the wrong shape in place without a word)
         source = f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint"
         check_fits(checkpoint, self, source)
-        self.reference.load_state_dict(checkpoint.get(ReferenceWeights.CHECKPOINT_KEY), self.model, source)
+        kept = checkpoint.get(ReferenceWeights.CHECKPOINT_KEY)
+        self.reference.load_state_dict(kept, self._warmed_params() if kept is not None else [], source)
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank
@@ -383,11 +392,13 @@ class SelfPlayModule(L.LightningModule):
         self.tokenizer.save_pretrained(path)
 
 
-def _check_references(loss_of: dict[str, LossSettings], uses_adapter: bool, warm_start_steps: int) -> None:
+def _check_references(loss_of: dict[str, LossSettings], learners: Learners, uses_adapter: bool,
+                      warm_start_steps: int, warmed: str | None) -> None:
     """Each learner's KL reference can be had: the base model needs an adapter to switch off, the
-    warm start's policy a warm start."""
+    warm start's policy a warm start, and only the learner it warmed has one (an exploiter that
+    inherits ``model.loss`` must say its own). An imitation learner's loss has no KL term."""
     for name, settings in loss_of.items():
-        if not settings.needs_reference:
+        if not settings.needs_reference or learners.imitates(name):
             continue
         key = f"model.learners.{name}.loss" if name else "model.loss"
         if settings.kl.reference == "base" and not uses_adapter:
@@ -397,6 +408,10 @@ def _check_references(loss_of: dict[str, LossSettings], uses_adapter: bool, warm
         if settings.kl.reference == "warm_start" and not warm_start_steps:
             raise ValueError(f"{key}.kl.reference: 'warm_start' regularises toward the policy a warm start hands "
                              f"over; set data.warm_start (steps > 0), or use reference: base")
+        if settings.kl.reference == "warm_start" and name != warmed:
+            raise ValueError(f"model.learners.{name}.loss.kl.reference: 'warm_start' holds the learner the warm start "
+                             f"warmed ({warmed!r}), and {name} is another; give it its own "
+                             f"loss.kl (e.g. {{coef: 0}} or reference: base)")
 
 
 def _check_positive(micro_batch_size: int, micro_batch_tokens: int | None, update_epochs: int) -> None:

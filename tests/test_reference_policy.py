@@ -38,7 +38,7 @@ def test_a_swapped_in_reference_answers_as_the_copied_policy_and_the_model_is_it
         for k, p in enumerate(trainable):  # an adapter that changes the logits
             p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(k)) * 0.1)
     reference = ReferenceWeights()
-    reference.capture(model)
+    reference.capture((n, p) for n, p in model.named_parameters() if p.requires_grad)
     then = _logits(model, ids)
     with torch.no_grad():
         for p in trainable:  # training moves on
@@ -57,9 +57,9 @@ def test_a_reference_that_does_not_fit_the_model_is_refused_naming_the_source():
     model, _ = load_policy(PolicySettings(lora=LoraSettings(r=4, alpha=8)))
     other, _ = load_policy(PolicySettings(lora=LoraSettings(r=8, alpha=16)))
     theirs = ReferenceWeights()
-    theirs.capture(other)
+    theirs.capture((n, p) for n, p in other.named_parameters() if p.requires_grad)
     with pytest.raises(UserError, match="ckpt_path x.ckpt: its reference_policy .* another config's"):
-        ReferenceWeights().load_state_dict(theirs.state_dict(), model, "ckpt_path x.ckpt")
+        ReferenceWeights().load_state_dict(theirs.state_dict(), model.named_parameters(), "ckpt_path x.ckpt")
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -68,6 +68,8 @@ def test_a_reference_that_does_not_fit_the_model_is_refused_naming_the_source():
     (["--model.loss.kl", json.dumps({"coef": 0.1, "reference": "sft"})],
      r"model.loss.kl.reference: expected one of \('base', 'warm_start'\), got 'sft'"),
     (["--model.policy.lora", "null", "--model.loss.kl.coef", "0.1"], r"model.loss: the reference .* base model"),
+    ([*WARM, "--model.learners", json.dumps({"main": {"roles": ["*"]}, "exploiter": {}})],
+     r"model.learners.exploiter.loss.kl.reference: 'warm_start' holds the learner the warm start warmed \('main'\)"),
 ])
 def test_a_reference_the_run_cannot_have_is_refused_naming_the_key(flags, message):
     with pytest.raises(ValueError, match=message):
