@@ -8,7 +8,8 @@ logprobs are the trainer's own computation); the module learns from them, and th
 engine's worker. The module never reads the engine.
 
 Where each concern lives: collation (``collate``), the forward of a micro-batch
-(``policy_forward``), the loss terms (``loss_terms``), the update's passes and optimizer steps
+(``policy_forward``), the loss terms (``loss_terms``) and the KL term's warm-start reference
+(``reference_policy``), the update's passes and optimizer steps
 (``update``), the optimizer (``optimizer``), adapter surgery (``learners``), an advantage
 estimator's value heads and value term (``credit``). One training step is one batch of games:
 ``global_step`` counts them, whatever ``update_epochs``, and every "every N steps" setting
@@ -41,7 +42,7 @@ from sp_lightning.loss_terms import Aggregation, Imitation, LossSettings
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.optimizer import OptimizerSettings, build_optimizer
 from sp_lightning.policy_forward import PolicyForward
-from sp_lightning.reference_policy import ReferenceWeights
+from sp_lightning.reference_policy import ReferenceWeights, WarmStartReference
 from sp_lightning.rollout.base import WeightUpdate
 from sp_lightning.update import PolicyUpdate, batch_counts
 from sp_lightning.value_head import hidden_size_of
@@ -105,12 +106,9 @@ class SelfPlayModule(L.LightningModule):
         self.model, self.tokenizer = load_policy(self.policy_settings, self.learners.settings or None)
         self.uses_adapter = self.policy_settings.lora is not None or self.policy_settings.adapter_path
         self.warm_start_steps = warm_start_steps
-        whole = self.learners.whole()
-        self.warmed = None if whole is None else whole.name or ""
-        """The learner a warm start warms (the one that plays every role), if any."""
-        _check_references(self.loss_of, self.learners, bool(self.uses_adapter), warm_start_steps, self.warmed)
-        self.reference = ReferenceWeights()
-        """The warm start's policy, where a learner's KL term regularises toward it (taken at its end)."""
+        self.reference = WarmStartReference(self.model, self.learners, self.loss_of, bool(self.uses_adapter),
+                                            warm_start_steps)
+        """The warm start's policy, where the warmed learner's KL term holds it near (taken at its end)."""
         self.strict_loading = not self.uses_adapter
         self.policy_forward = PolicyForward(self.model, self.tokenizer.pad_token_id)
         self.legal_moves = LegalMoves(self.tokenizer)
@@ -180,26 +178,7 @@ class SelfPlayModule(L.LightningModule):
     def reference_logprobs(self, name: str, batch) -> torch.Tensor:
         """(B, K) learner ``name``'s reference policy's logprobs of a collated micro-batch."""
         warm = self.loss_of[name].kl.reference == "warm_start"
-        return self.policy_forward.reference(batch, self.reference if warm else None)
-
-    def _take_reference_when_due(self, batch) -> None:
-        """At the first self-play step (the first batch with moves the warmed learner played and
-        is to learn from by policy gradient), before its update, the policy the warm start handed
-        over becomes its KL term's reference. A run resumed from ``warm_start.ckpt`` takes the
-        very same weights; one resumed later reads the copy its checkpoint kept."""
-        if (self.warm_start_steps and not self.reference.ready and self._held_toward_warm_start
-                and any(r.learner == self.warmed and not r.imitation for r in batch.records)):
-            self.reference.capture(self._warmed_params())
-
-    def _warmed_params(self) -> list[tuple[str, torch.nn.Parameter]]:
-        """The warmed learner's trainable parameters by name in the model: what the reference copies."""
-        mine = {id(p) for p in params_of(self.model, self.warmed)}
-        return [(name, p) for name, p in self.model.named_parameters() if id(p) in mine]
-
-    @property
-    def _held_toward_warm_start(self) -> bool:
-        """Whether some learner's KL term regularises toward the warm start's policy."""
-        return any(s.needs_reference and s.kl.reference == "warm_start" for s in self.loss_of.values())
+        return self.policy_forward.reference(batch, self.reference.weights if warm else None)
 
     def configure_model(self) -> None:
         """Under ``ModelParallelStrategy``: the frozen base sharded over the ranks with FSDP2, the
@@ -211,7 +190,7 @@ class SelfPlayModule(L.LightningModule):
         if not self.uses_adapter:
             raise ValueError("trainer.strategy: ModelParallelStrategy shards the frozen base model and trains a LoRA "
                              "adapter; set model.policy.lora (or use ddp to train every weight)")
-        if self._held_toward_warm_start:
+        if self.reference.wanted:
             raise ValueError("model.loss.kl.reference: 'warm_start' is not supported under ModelParallelStrategy "
                              "(its weight swap is untested on sharded models); use reference: base, or ddp")
         sharding.shard_frozen_base(self.model, sharding.data_parallel_mesh(strategy))
@@ -238,7 +217,7 @@ class SelfPlayModule(L.LightningModule):
         # ---- rollout: the batch the engine played with the current weights ----
         batch, _, _ = next(dataloader_iter)
         self.last_batch = batch
-        self._take_reference_when_due(batch)
+        self.reference.take_when_due(batch.records)  # the first self-play step: the warm start's policy
         start = time.perf_counter()
         mine = {name: [r for r in batch.records if r.learner == name] for name in self.learners.names}
         counts = batch_counts(mine)
@@ -318,8 +297,7 @@ class SelfPlayModule(L.LightningModule):
         # weights of the wrong shape in place without a word)
         source = f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint"
         check_fits(checkpoint, self, source)
-        kept = checkpoint.get(ReferenceWeights.CHECKPOINT_KEY)
-        self.reference.load_state_dict(kept, self._warmed_params() if kept is not None else [], source)
+        self.reference.load_state_dict(checkpoint.get(ReferenceWeights.CHECKPOINT_KEY), source)
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank
@@ -390,28 +368,6 @@ class SelfPlayModule(L.LightningModule):
         else:
             self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-
-
-def _check_references(loss_of: dict[str, LossSettings], learners: Learners, uses_adapter: bool,
-                      warm_start_steps: int, warmed: str | None) -> None:
-    """Each learner's KL reference can be had: the base model needs an adapter to switch off, the
-    warm start's policy a warm start, and only the learner it warmed has one (an exploiter that
-    inherits ``model.loss`` must say its own). An imitation learner's loss has no KL term."""
-    for name, settings in loss_of.items():
-        if not settings.needs_reference or learners.imitates(name):
-            continue
-        key = f"model.learners.{name}.loss" if name else "model.loss"
-        if settings.kl.reference == "base" and not uses_adapter:
-            raise ValueError(f"{key}: the reference the KL penalty (kl.coef) or an extra term reads is the base "
-                             f"model with the adapter off; set model.policy.lora, use kl.reference: warm_start "
-                             f"after a warm start, or drop the term")
-        if settings.kl.reference == "warm_start" and not warm_start_steps:
-            raise ValueError(f"{key}.kl.reference: 'warm_start' regularises toward the policy a warm start hands "
-                             f"over; set data.warm_start (steps > 0), or use reference: base")
-        if settings.kl.reference == "warm_start" and name != warmed:
-            raise ValueError(f"model.learners.{name}.loss.kl.reference: 'warm_start' holds the learner the warm start "
-                             f"warmed ({warmed!r}), and {name} is another; give it its own "
-                             f"loss.kl (e.g. {{coef: 0}} or reference: base)")
 
 
 def _check_positive(micro_batch_size: int, micro_batch_tokens: int | None, update_epochs: int) -> None:

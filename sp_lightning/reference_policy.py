@@ -19,6 +19,7 @@ from contextlib import contextmanager
 import torch
 
 from sp_lightning.errors import UserError
+from sp_lightning.learners import Learners, params_of
 
 REFERENCES = ("base", "warm_start")
 """What ``loss.kl.reference`` may name: the base model (adapter off) or the warm start's policy."""
@@ -81,3 +82,63 @@ class ReferenceWeights:
                             f"the learner's trainable weights ({len(wrong)} differ, e.g. "
                             f"{(wrong or sorted(set(params) - set(state)))[:1]}): the checkpoint is another config's")
         self.tensors = dict(state)
+
+
+class WarmStartReference:
+    """A run's warm-start reference: the learner it holds (the one the warm start warmed: the
+    learner that plays every role), whether any loss asks for it, when its copy is taken (the
+    first batch in which that learner plays and learns by policy gradient, so a warm-start step
+    skipped for a non-finite loss cannot shift it), and the copy itself (:class:`ReferenceWeights`)."""
+
+    def __init__(self, model: torch.nn.Module, learners: Learners, loss_of: dict, uses_adapter: bool,
+                 warm_start_steps: int):
+        whole = learners.whole()
+        self.warmed = None if whole is None else whole.name or ""
+        check_references(loss_of, learners, uses_adapter, warm_start_steps, self.warmed)
+        self.model = model
+        self.wanted = bool(warm_start_steps) and any(
+            settings.needs_reference and settings.kl.reference == "warm_start" and not learners.imitates(name)
+            for name, settings in loss_of.items())
+        self.weights = ReferenceWeights()
+
+    @property
+    def ready(self) -> bool:
+        return self.weights.ready
+
+    def take_when_due(self, records) -> None:
+        """Copy the warmed learner's weights before the first update on its own moves."""
+        if self.wanted and not self.ready and any(r.learner == self.warmed and not r.imitation for r in records):
+            self.weights.capture(self._params())
+
+    def _params(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """The warmed learner's trainable parameters by name in the model."""
+        mine = {id(p) for p in params_of(self.model, self.warmed)}
+        return [(name, p) for name, p in self.model.named_parameters() if id(p) in mine]
+
+    def state_dict(self) -> dict[str, torch.Tensor] | None:
+        return self.weights.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor] | None, source: str) -> None:
+        self.weights.load_state_dict(state, self._params() if state is not None else [], source)
+
+
+def check_references(loss_of: dict, learners: Learners, uses_adapter: bool, warm_start_steps: int,
+                     warmed: str | None) -> None:
+    """Each learner's KL reference can be had: the base model needs an adapter to switch off, the
+    warm start's policy a warm start, and only the learner it warmed has one (an exploiter that
+    inherits ``model.loss`` must say its own). An imitation learner's loss has no KL term."""
+    for name, settings in loss_of.items():
+        if not settings.needs_reference or learners.imitates(name):
+            continue
+        key = f"model.learners.{name}.loss" if name else "model.loss"
+        if settings.kl.reference == "base" and not uses_adapter:
+            raise ValueError(f"{key}: the reference the KL penalty (kl.coef) or an extra term reads is the base "
+                             f"model with the adapter off; set model.policy.lora, use kl.reference: warm_start "
+                             f"after a warm start, or drop the term")
+        if settings.kl.reference == "warm_start" and not warm_start_steps:
+            raise ValueError(f"{key}.kl.reference: 'warm_start' regularises toward the policy a warm start hands "
+                             f"over; set data.warm_start (steps > 0), or use reference: base")
+        if settings.kl.reference == "warm_start" and name != warmed:
+            raise ValueError(f"model.learners.{name}.loss.kl.reference: 'warm_start' holds the learner the warm start "
+                             f"warmed ({warmed!r}), and {name} is another; give it its own "
+                             f"loss.kl (e.g. {{coef: 0}} or reference: base)")
