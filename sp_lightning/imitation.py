@@ -75,6 +75,9 @@ class WarmStartSettings:
     """Moves trained on per step."""
     sampling: str = "reservoir"
     """reservoir | recent (as ``imitate.sampling``)."""
+    min_reward: float | None = None
+    """With a ``log:`` teacher, only the lines whose logged reward is at least this (as
+    ``imitate.min_reward``)."""
 
     def check(self, key: str = "data.warm_start") -> PolicyRef | LoggedGames | None:
         """The teacher (None: no warm start); raises naming ``key`` on a bad setting."""
@@ -85,7 +88,11 @@ class WarmStartSettings:
         if str(self.teacher).partition(":")[0] == PolicyKind.LEARNER.value:
             raise ValueError(f"{key}.teacher: a warm start imitates a bot, a checkpoint, the base model or logged "
                              f"games, not {self.teacher}")
-        return ImitationSettings(self.teacher, self.size, self.batch, self.sampling).check(key)
+        return self.imitation().check(key)
+
+    def imitation(self) -> ImitationSettings:
+        """The warm start as the imitation settings of the learner it warms."""
+        return ImitationSettings(self.teacher, self.size, self.batch, self.sampling, min_reward=self.min_reward)
 
 
 Move = tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...] | None]
@@ -204,7 +211,8 @@ class LoggedMoves:
       learner's chat template, and the completion is answered as a bot's move is (``answer_ids``).
 
     Lines marked ``invalid_move`` are skipped (invalid moves are never imitated), as are an episode
-    log's records that were a teacher's moves already (``imitation``). Any other line that cannot
+    log's records that were a teacher's moves already (``imitation``) and, with ``min_reward``,
+    those whose ``reward`` is below it (a line without one is refused). Any other line that cannot
     be read stops the run with the file, the line and what was expected.
     """
 
@@ -213,6 +221,7 @@ class LoggedMoves:
 
     def __init__(self, logged: LoggedGames, tokenizer, max_new_tokens: int, key: str):
         self.path, self.tokenizer, self.max_new_tokens, self.key = logged.path, tokenizer, max_new_tokens, key
+        self.min_reward = logged.min_reward
 
     def of(self, rollouts: list[Rollout]) -> list[Move]:
         return []
@@ -223,9 +232,10 @@ class LoggedMoves:
 
         with open(self.path, encoding="utf-8") as handle:
             rows = [row for row in (self._row(line, number) for number, line in enumerate(handle, 1) if line.strip())
-                    if not (row.get("invalid_move") or row.get("imitation"))]
+                    if not (row.get("invalid_move") or row.get("imitation")) and self._rewarded(row)]
         if not rows:
-            raise ValueError(f"{self.key}.teacher: {self.path} holds no valid move to imitate")
+            kept = f" with a reward of at least {self.min_reward}" if self.min_reward is not None else ""
+            raise ValueError(f"{self.key}.teacher: {self.path} holds no valid move{kept} to imitate")
         chats = iter(encode_chats(self.tokenizer, [r["prompt"] for r in rows if not isinstance(r["prompt"], str)]))
         moves = []
         for row in rows:
@@ -253,7 +263,14 @@ class LoggedMoves:
         legal = row.get("legal_actions")
         if legal is not None and not (isinstance(legal, list) and all(isinstance(a, str) for a in legal)):
             raise ValueError(f"{where}: legal_actions: expected a list of strings, got {legal!r}")
+        reward = row.get("reward")
+        if self.min_reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+            raise ValueError(f"{where}: reward: {self.key}.min_reward keeps lines by their logged reward, and this "
+                             f"line has {'none' if reward is None else repr(reward)}")
         return row
+
+    def _rewarded(self, row: dict) -> bool:
+        return self.min_reward is None or row["reward"] >= self.min_reward
 
 
 @dataclass
@@ -299,7 +316,7 @@ class Imitation:
             if whole is None:
                 raise ValueError("data.warm_start: warms up the learner that plays every role; with model.learners "
                                  "give one roles: ['*']")
-            settings = ImitationSettings(warm_start.teacher, warm_start.size, warm_start.batch, warm_start.sampling)
+            settings = warm_start.imitation()
             self.pupils[whole.name] = pupil(settings, "data.warm_start", until=warm_start.steps)
 
     def __bool__(self) -> bool:

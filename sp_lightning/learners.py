@@ -149,6 +149,8 @@ class LoggedGames:
     prompts and completions."""
 
     path: str
+    min_reward: float | None = None
+    """Only the lines whose logged ``reward`` is at least this (None: every valid line)."""
 
     def __str__(self) -> str:
         return LOG_TEACHER + self.path
@@ -172,6 +174,10 @@ class ImitationSettings:
     anticipatory: float | None = None
     """NFSP's eta: the teacher's second seats are the teacher's with this probability and this
     learner's otherwise (None: this learner never plays in training)."""
+    min_reward: float | None = None
+    """With a ``log:`` teacher, imitate only the lines whose logged ``reward`` is at least this
+    (the moves of games won, as rejection sampling keeps them; an episode log's records carry the
+    role's reward); None: every valid line."""
 
     def check(self, key: str) -> PolicyRef | LoggedGames:
         """The teacher, a policy or a file of logged moves; raises naming ``key`` on a bad setting."""
@@ -191,6 +197,12 @@ class ImitationSettings:
             raise ValueError(f"{key}.batch: expected an int >= 1, got {self.batch!r}")
         if self.sampling not in SAMPLINGS:
             raise ValueError(f"{key}.sampling: expected one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+        if self.min_reward is not None:
+            if policy is not None:
+                raise ValueError(f"{key}.min_reward: filters logged moves by the reward logged with them; the teacher "
+                                 f"here is {self.teacher}, whose moves are all imitated")
+            if isinstance(self.min_reward, bool) or not isinstance(self.min_reward, (int, float)):
+                raise ValueError(f"{key}.min_reward: expected a number or null, got {self.min_reward!r}")
         if self.anticipatory is not None:
             if policy is None or policy.kind is not PolicyKind.LEARNER:
                 raise ValueError(f"{key}.anticipatory: the seats it shares are a learner teacher's; the teacher "
@@ -206,7 +218,7 @@ class ImitationSettings:
         if not os.path.isfile(path):
             raise ValueError(f"{key}.teacher: no file {path!r}; log:<path> names a JSONL file of logged moves (the "
                              f"data.episode_log.records of an earlier run, or lines of prompt and completion)")
-        return LoggedGames(path)
+        return LoggedGames(path, self.min_reward)
 
 
 @dataclass

@@ -142,6 +142,29 @@ def test_a_missing_log_and_a_log_with_anticipatory_seats_are_refused_naming_the_
         ImitationSettings(f"log:{tmp_path / 'moves.jsonl'}", anticipatory=0.1).check("k")
 
 
+def test_min_reward_imitates_only_the_logged_moves_of_games_rewarded_enough(tokenizer, tmp_path):
+    """Rejection sampling over a log: the lines whose reward reaches ``min_reward`` (an episode
+    log's records carry the role's reward); one without a reward is refused naming the line, and
+    a live teacher's moves cannot be filtered so."""
+    rows = [{"prompt": "a", "completion": "[0]", "reward": 1.0}, {"prompt": "b", "completion": "[1]", "reward": -1.0},
+            {"prompt": "c", "completion": "[2]", "reward": 0.5}, {"prompt": "d", "completion": "[3]", "reward": 0}]
+    settings = ImitationSettings(f"log:{_log(tmp_path / 'moves.jsonl', rows).path}", min_reward=0.5)
+    kept = LoggedMoves(settings.check("k"), tokenizer, 8, "k").once()
+    assert [tokenizer.decode(list(prompt)) for prompt, _, _ in kept] == ["a", "c"]
+    unfiltered = LoggedMoves(ImitationSettings(settings.teacher).check("k"), tokenizer, 8, "k").once()
+    assert len(unfiltered) == 4
+    rows.append({"prompt": "e", "completion": "[4]"})
+    _log(tmp_path / "moves.jsonl", rows)
+    with pytest.raises(ValueError, match=r"k.teacher: .*moves.jsonl line 5: reward: k.min_reward keeps lines by their "
+                                         r"logged reward, and this line has none"):
+        LoggedMoves(settings.check("k"), tokenizer, 8, "k").once()
+    with pytest.raises(ValueError, match="k.min_reward: filters logged moves .* bot:random, whose moves are all"):
+        ImitationSettings("bot:random", min_reward=1.0).check("k")
+    _log(tmp_path / "moves.jsonl", rows[:4])
+    with pytest.raises(ValueError, match="holds no valid move with a reward of at least 2.0 to imitate"):
+        LoggedMoves(ImitationSettings(settings.teacher, min_reward=2.0).check("k"), tokenizer, 8, "k").once()
+
+
 def test_a_logs_buffer_fills_before_the_first_step_and_a_resumed_run_reads_it_again_alike(tokenizer, tmp_path):
     """The log's moves go to the buffer once (their own random stream); the run's state keeps only
     how many were read, and a resumed run's buffer, read again, draws what the first one drew.
@@ -387,6 +410,7 @@ def test_a_fit_resumed_during_its_warm_start_continues_it_exactly(tmp_path):
     ({"teacher": "bot:random", "steps": -1}, [], r"data.warm_start.steps: expected an int >= 0"),
     ({"steps": 5}, [], "data.warm_start.teacher: required"),
     ({"teacher": "bot:nobody", "steps": 5}, [], "data.warm_start.teacher: no bot named 'nobody'"),
+    ({"teacher": "bot:random", "steps": 5, "min_reward": 1.0}, [], "data.warm_start.min_reward: filters logged"),
     ({"teacher": "bot:random", "steps": 5}, ["--model.learners", json.dumps(
         {"x": {"roles": ["player_0"]}, "o": {"roles": ["player_1"]}})], "plays every role"),
 ])
