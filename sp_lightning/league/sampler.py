@@ -183,12 +183,10 @@ class LeagueSampler(OpponentSampler):
                 agent, policy = played[0]
                 self.exploiter_results.append((policy.name, rollout.outcome.get(agent, 0.0)))
                 continue
-            learner_seats = [a for a, p in seats.items() if p.kind is PolicyKind.LEARNER]
-            if not learner_seats:  # a warm start's teacher played the learner's seats: nothing of the learner
-                continue
             for agent, policy in seats.items():
                 moves = [s.info.get("parsed_move") or "?" for s in rollout.steps_of(agent)]
                 self.coverage.add(LEARNER_ID if policy.kind is PolicyKind.LEARNER else self.policy_ids.get(str(policy), str(policy)), moves)
+            learner_seats = [a for a, p in seats.items() if p.kind is PolicyKind.LEARNER]
             if len(learner_seats) == len(seats):  # mirror: no rating information
                 self.step_results.append(("mirror", 0.0))
                 continue
