@@ -6,7 +6,7 @@ and keeps every generate call, so tests can count how requests were batched.
 ``ScriptedOpenAIServer`` is a test double of a remote model's server only: a real HTTP server on
 loopback speaking the chat-completions protocol, scripted to fail, stall or answer.
 ``fit_batches`` runs a real ``fit`` of a shipped config on the tiny model and returns the batches
-it trained on.
+it trained on; ``checkpointed_fit`` runs one that writes ``last.ckpt`` after every step.
 """
 
 from __future__ import annotations
@@ -82,6 +82,21 @@ class KeepBatches(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.batches.append(pl_module.last_batch)
+
+
+def checkpointed_fit(config: str, root, steps: int, *args: str) -> None:
+    """``sp-lightning fit --config <config> <args>`` in this process for ``steps`` steps, no
+    validation or logger, ``last.ckpt`` written to ``root / "ckpt"`` after every step: the run a
+    resume test stops and resumes, and the straight run it is compared with."""
+    from sp_lightning.cli import main
+
+    main(["fit", "--config", config,
+          "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
+          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                                               "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
+                                                             "every_n_train_steps": 1,
+                                                             "enable_version_counter": False}}]), *args])
 
 
 def fit_batches(config: str, tmp_path, steps: int, *overrides: str):

@@ -21,6 +21,7 @@ from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.rollout.chat import encode_chat
 from sp_lightning.batch import Batch
 from sp_lightning.types import Completion, PolicyKind, PolicyRef, Rollout, Step
+from tests.helpers import checkpointed_fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -305,17 +306,7 @@ RANDOM_STUDENT = ["--model.learners", json.dumps({"main": {"roles": ["*"]}, "stu
 
 
 def _checkpointed_fit(config: str, root, steps: int, *args: str):
-    """``sp-lightning fit`` of ``config`` in this process for ``steps`` steps, no validation or
-    logger, ``last.ckpt`` in ``root / "ckpt"`` after every step."""
-    from sp_lightning.cli import main
-
-    main(["fit", "--config", os.path.join(CONFIGS, config),
-          "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
-          "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
-          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                               "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
-                                                             "every_n_train_steps": 1,
-                                                             "enable_version_counter": False}}]), *args])
+    checkpointed_fit(os.path.join(CONFIGS, config), root, steps, *args)
 
 
 def _resumable_fit(root, steps: int, *args: str):

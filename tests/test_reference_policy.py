@@ -16,6 +16,7 @@ from sp_lightning import build_from_config, make_trainer
 from sp_lightning.errors import UserError
 from sp_lightning.model import LoraSettings, PolicySettings, load_policy
 from sp_lightning.reference_policy import ReferenceWeights
+from tests.helpers import checkpointed_fit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
@@ -88,17 +89,7 @@ class _Steps(L.Callback):
 
 
 def _fit(root, steps: int, *args: str):
-    """``sp-lightning fit`` of the warm-started Tic-Tac-Toe config in this process, ``last.ckpt``
-    after every step in ``root / "ckpt"``."""
-    from sp_lightning.cli import main
-
-    main(["fit", "--config", TICTACTOE, *WARM,
-          "--trainer.max_steps", str(steps), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
-          "--trainer.limit_val_batches", "0", "--trainer.default_root_dir", str(root),
-          "--trainer.callbacks", json.dumps([{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                                               "init_args": {"dirpath": str(root / "ckpt"), "filename": "last",
-                                                             "every_n_train_steps": 1,
-                                                             "enable_version_counter": False}}]), *args])
+    checkpointed_fit(TICTACTOE, root, steps, *WARM, *args)
 
 
 @pytest.mark.slow  # fits
