@@ -42,7 +42,7 @@ from sp_lightning.loss_terms import Aggregation, Imitation, LossSettings
 from sp_lightning.model import PolicySettings, load_policy
 from sp_lightning.optimizer import OptimizerSettings, build_optimizer
 from sp_lightning.policy_forward import PolicyForward
-from sp_lightning.reference_policy import ReferenceWeights, WarmStartReference
+from sp_lightning.reference_policy import WarmStartReference
 from sp_lightning.rollout.base import WeightUpdate
 from sp_lightning.update import PolicyUpdate, batch_counts
 from sp_lightning.value_head import hidden_size_of
@@ -285,8 +285,7 @@ class SelfPlayModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         states = distributed.gather(rng_streams.global_states())  # every rank samples from its own
         checkpoint["rng_states"] = states[0] if len(states) == 1 else states
-        if self.reference.ready:
-            checkpoint[ReferenceWeights.CHECKPOINT_KEY] = self.reference.state_dict()
+        self.reference.save(checkpoint)
         if not self.uses_adapter:
             return
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
@@ -297,7 +296,7 @@ class SelfPlayModule(L.LightningModule):
         # weights of the wrong shape in place without a word)
         source = f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint"
         check_fits(checkpoint, self, source)
-        self.reference.load_state_dict(checkpoint.get(ReferenceWeights.CHECKPOINT_KEY), source)
+        self.reference.load(checkpoint, source)
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank

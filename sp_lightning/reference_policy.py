@@ -118,7 +118,14 @@ class WarmStartReference:
     def state_dict(self) -> dict[str, torch.Tensor] | None:
         return self.weights.state_dict()
 
-    def load_state_dict(self, state: dict[str, torch.Tensor] | None, source: str) -> None:
+    def save(self, checkpoint: dict) -> None:
+        """Into a run's checkpoint, once taken (its ``state_dict`` keeps only trained weights)."""
+        if self.ready:
+            checkpoint[ReferenceWeights.CHECKPOINT_KEY] = self.state_dict()
+
+    def load(self, checkpoint: dict, source: str) -> None:
+        """From a run's checkpoint: the copy it kept, or none yet (written before the first self-play step)."""
+        state = checkpoint.get(ReferenceWeights.CHECKPOINT_KEY)
         self.weights.load_state_dict(state, self._params() if state is not None else [], source)
 
 
