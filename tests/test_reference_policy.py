@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from sp_lightning import build_from_config, make_trainer
+from sp_lightning.collate import MicroBatch
 from sp_lightning.errors import UserError
 from sp_lightning.model import LoraSettings, PolicySettings, load_policy
 from sp_lightning.reference_policy import ReferenceWeights
@@ -113,6 +114,14 @@ def test_the_warm_starts_policy_becomes_the_reference_and_a_resumed_run_keeps_it
     assert set(reference) == set(trained) and {f"model.{n}" for n in trained} == set(warm["state_dict"])
     assert all(torch.equal(reference[n], warm["state_dict"][f"model.{n}"]) for n in trained), "what it handed over"
     assert any(not torch.equal(reference[n], p) for n, p in trained.items()), "while self-play went on"
+    # the KL term's reference logprobs are the warm start's policy's, not the base model's
+    micro = MicroBatch.collated(module.last_batch.records[:8], module.tokenizer.pad_token_id, None, "cpu")
+    held = module.reference_logprobs("", micro.tensors)
+    handed_over, _ = build_from_config("--config", TICTACTOE, *WARM)
+    handed_over.load_policy_weights(straight / "ckpt" / "warm_start.ckpt")
+    with torch.no_grad():
+        assert torch.allclose(held, handed_over.policy_forward(micro.tensors)[0])
+    assert not torch.allclose(held, module.policy_forward.reference(micro.tensors))
 
     _fit(resumed, 3)  # after the warm start: the checkpoint keeps the reference
     _fit(resumed, 4, "--ckpt_path", str(resumed / "ckpt" / "last.ckpt"))
