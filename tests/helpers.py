@@ -6,12 +6,18 @@ and keeps every generate call, so tests can count how requests were batched.
 ``ScriptedOpenAIServer`` is a test double of a remote model's server only: a real HTTP server on
 loopback speaking the chat-completions protocol, scripted to fail, stall or answer.
 ``fit_batches`` runs a real ``fit`` of a shipped config on the tiny model and returns the batches
-it trained on; ``checkpointed_fit`` runs one that writes ``last.ckpt`` after every step.
+it trained on; ``checkpointed_fit`` runs one that writes ``last.ckpt`` after every step;
+``ForkedFit`` runs ``sp-lightning fit`` in a process of its own, forked from this one, for the
+tests whose point is a process that SIGKILL ends.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -110,6 +116,67 @@ def fit_batches(config: str, tmp_path, steps: int, *overrides: str):
                            default_root_dir=str(tmp_path), callbacks=[keep])
     trainer.fit(module, datamodule=dm)
     return trainer, keep.batches
+
+
+def _fit_in_a_fork(arguments: list[str], cwd: str, log: str) -> None:
+    """The forked child: a session of its own (``os.killpg`` reaches every rank it forks), one
+    thread (read by the command's thread set-up, as in a subprocess given OMP_NUM_THREADS=1), the
+    output in ``log``; ``sp-lightning fit`` here, its exit status the child's."""
+    os.setsid()
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    sys.stdout = sys.stderr = open(out, "w", buffering=1, closefd=False)
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    os.chdir(cwd)
+    from sp_lightning.cli import main
+
+    main(["fit", *arguments])
+
+
+class ForkedFit:
+    """``sp-lightning fit <arguments>`` in ``cwd``, in a child process forked from this one: a
+    process of its own, which SIGKILL ends as it ends any run, without the 5-7 s a fresh
+    interpreter spends importing lightning, torch and transformers on this machine. Every fork
+    starts from this process's same state, so a straight run and a killed one compare exactly.
+    Its output goes to ``cwd/fit.log`` (appended; ``tail`` shows it after a failure)."""
+
+    def __init__(self, arguments: Sequence[str], cwd):
+        self.log = os.path.join(str(cwd), "fit.log")
+        self.process = multiprocessing.get_context("fork").Process(
+            target=_fit_in_a_fork, args=(list(arguments), str(cwd), self.log))
+        self.process.start()
+        self.pid = self.process.pid
+
+    def poll(self) -> int | None:
+        """The exit status once the child has ended, else None (as ``Popen.poll``)."""
+        return None if self.process.is_alive() else self.process.exitcode
+
+    def kill(self) -> None:
+        """SIGKILL to the child and every process it started (its session), as a scheduler
+        stops a job; then reaps it."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:  # it had ended
+            pass
+        self.process.join()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.process.join(timeout)
+        return self.process.exitcode
+
+    def tail(self, characters: int = 6000) -> str:
+        with open(self.log, errors="replace") as f:
+            return f.read()[-characters:]
+
+
+def forked_fit(arguments: Sequence[str], cwd, timeout: float = 600) -> None:
+    """A ``ForkedFit`` run to its end; fails the test, with the run's output, if it did not exit 0."""
+    run = ForkedFit(arguments, cwd)
+    code = run.wait(timeout)
+    if code is None:
+        run.kill()
+    assert code == 0, f"fit exited with {code}:\n{run.tail()}"
 
 
 class ScriptedOpenAIServer:

@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import free_ports
+from tests.helpers import ForkedFit, forked_fit, free_ports
 
 pytestmark = pytest.mark.slow  # several multi-process fits
 
@@ -380,13 +380,17 @@ def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices,
               "--data.league.evaluator", '{"every": 0}', "--data.league.games_per_match", "1",
               "--data.league.best_response_every", "2"]  # bots that join mid-run, their streams resumed too
     _fit("kuhn_poker_league_tiny.yaml", reference, devices, checkpoints, *common,
-         "--data.league.dir", str(reference / "league"), fork=not sharded)  # the killed run: the command
+         "--data.league.dir", str(reference / "league"), fork=not sharded)  # the straight run
 
     killed.mkdir()
-    command = [*FIT, "--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
-               "--config", _overlay(killed, devices, checkpoints), *common, "--data.league.dir", str(killed / "league")]
-    proc = subprocess.Popen(command, env=ENV, cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # the launcher and the rank it started: one group
+    arguments = ["--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
+                 "--config", _overlay(killed, devices, checkpoints), *common, "--data.league.dir", str(killed / "league")]
+    if sharded:  # the command, whose launcher starts rank 1 by running it again: one session for both
+        proc = subprocess.Popen([*FIT, *arguments], env=ENV, cwd=killed, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+    else:  # a process of its own, forked (its ranks forked from it, as ddp_fork does): no imports again
+        arguments += ["--trainer.strategy", "ddp_fork"] if devices > 1 else []
+        proc = ForkedFit(arguments, killed)
     last = killed / "ckpt" / "last.ckpt"
     deadline = time.time() + 300
     while _last_step(last) < 3 and time.time() < deadline and proc.poll() is None:
@@ -396,9 +400,12 @@ def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices,
     proc.wait()
     killed_at = _last_step(last)
     assert 3 <= killed_at < steps
-    resumed = subprocess.run([*command, "--ckpt_path", str(last)], env=ENV, cwd=killed, capture_output=True,
-                             text=True, timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-6000:]
+    if sharded:
+        resumed = subprocess.run([*FIT, *arguments, "--ckpt_path", str(last)], env=ENV, cwd=killed,
+                                 capture_output=True, text=True, timeout=600)
+        assert resumed.returncode == 0, resumed.stderr[-6000:]
+    else:
+        forked_fit([*arguments, "--ckpt_path", str(last)], killed)
 
     ours = torch.load(last, weights_only=False)
     theirs = torch.load(reference / "ckpt" / "last.ckpt", weights_only=False)

@@ -314,13 +314,13 @@ def test_the_league_config_seats_the_learner_as_one_power_among_six_league_membe
     config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                           "diplomacy_league_tiny.yaml")
     main(["fit", "--config", config, "--trainer.max_steps", "2", "--trainer.val_check_interval", "2",
-          "--data.eval.games", "7",
+          "--data.episodes_per_batch", "4", "--data.eval.games", "7",
           "--trainer.default_root_dir", str(tmp_path), "--data.league.dir", str(tmp_path / "league"),
           "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", str(tmp_path),
           "--trainer.callbacks", "[]", "--trainer.enable_progress_bar", "false"])
     league = json.loads((tmp_path / "league" / "league.json").read_text())
     matches = league["matches"]
-    assert len(matches) == 16  # two batches of 8 games
+    assert len(matches) == 8  # two batches of 4 games
     assert all(len(m["agents"]) == 7 and m["agents"].count("learner") == 1 for m in matches)
     assert all(m["agents"][0] == "learner" and len(m["scores"]) == 7 for m in matches)
     assert {a for m in matches for a in m["agents"]} - {"learner"} <= set(league["agents"])

@@ -7,23 +7,20 @@ The fast profile kills 3 times (every kill must land while the fit runs); the lo
 and prints its counts in the terminal summary.
 """
 
-import pytest
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
+import pytest
 import torch
 
 from test_e2e import CONFIGS
+from tests.helpers import ForkedFit, forked_fit
 
 pytestmark = pytest.mark.slow  # training runs killed and resumed
 
 KILLS = int(os.environ.get("SP_RESUME_KILLS", "3"))
 STEPS = 2 * KILLS + 4
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 COUNTS: dict[str, int] = {}
 
 
@@ -37,8 +34,7 @@ def _args(root, steps):
         f"      init_args: {{dirpath: {root / 'ckpt'}, filename: last, every_n_train_steps: 1,"
         " enable_version_counter: false}\n"
     )
-    return [sys.executable, "-m", "sp_lightning.cli", "fit",
-            "--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), "--config", str(overlay),
+    return ["--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), "--config", str(overlay),
             "--trainer.max_steps", str(steps), "--trainer.val_check_interval", "3",
             "--trainer.default_root_dir", str(root), "--trainer.logger.init_args.save_dir", str(root),
             "--data.episodes_per_batch", "8", "--data.eval.games", "4", "--data.eval.temperature", "1.0"]
@@ -51,13 +47,14 @@ def _step(path) -> int:
         return -1
 
 
-def _run_and_kill(args, last, before, after_step, delay) -> tuple[bool, int | None]:
-    """Start the fit (``last`` holds step ``before``, -1 for none); once last.ckpt holds
+def _run_and_kill(args, root, last, before, after_step, delay) -> tuple[bool, int | None]:
+    """Start the fit in a process of its own (forked: the imports are this process's), in ``root``
+    (``last`` holds step ``before``, -1 for none); once last.ckpt holds
     ``after_step``, wait ``delay`` seconds (the kill lands in a rollout, an update, a validation or
     a checkpoint write) and SIGKILL it. Returns whether the kill landed (the fit was still running)
     and the first step this fit wrote, None if it wrote none (a fit that ignored --ckpt_path would
     start again at 1; steps take far longer than the 50 ms poll)."""
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    proc = ForkedFit(args, root)
     deadline = time.time() + 300
     first_written = None  # wait for this fit's own first write too: last.ckpt may hold after_step already
     while proc.poll() is None and time.time() < deadline:
@@ -69,16 +66,14 @@ def _run_and_kill(args, last, before, after_step, delay) -> tuple[bool, int | No
         time.sleep(0.05)
     time.sleep(delay)
     landed = proc.poll() is None
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.kill()
     return landed, first_written
 
 
 def test_a_fit_killed_at_random_moments_resumes_bit_for_bit(tmp_path):
     reference = tmp_path / "reference"
     reference.mkdir()
-    subprocess.run(_args(reference, STEPS), check=True, env=ENV, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    forked_fit(_args(reference, STEPS), reference)
 
     killed = tmp_path / "killed"
     killed.mkdir()
@@ -91,13 +86,12 @@ def test_a_fit_killed_at_random_moments_resumes_bit_for_bit(tmp_path):
             args += ["--ckpt_path", str(last)]
         # at most about two steps' time: the fit, with 3 or more steps to go, is still running
         start = _step(last)
-        landed, first_written = _run_and_kill(args, last, start, after_step=2 * kill + 1, delay=rng.uniform(0.0, 0.6))
+        landed, first_written = _run_and_kill(args, killed, last, start, after_step=2 * kill + 1, delay=rng.uniform(0.0, 0.6))
         kills += landed
         assert first_written is not None and first_written > start, \
             f"the fit resumed at step {start} but wrote step {first_written} first"
         assert _step(last) >= 0, "after every kill last.ckpt (or its .prev) is readable"
-    subprocess.run(_args(killed, STEPS) + ["--ckpt_path", str(last)], check=True, env=ENV,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    forked_fit(_args(killed, STEPS) + ["--ckpt_path", str(last)], killed)
 
     ours = torch.load(last, weights_only=False)
     theirs = torch.load(reference / "ckpt" / "last.ckpt", weights_only=False)

@@ -1,18 +1,16 @@
 """League training end to end on the tiny model: the schedule, the background evaluator, the
 registry, and a run killed with SIGKILL that resumes with the same league and matchmaker state."""
 
-import pytest
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 
+import pytest
 import torch
 
 from sp_lightning.cli import main
 from sp_lightning.league.registry import LeagueRegistry
+from tests.helpers import ForkedFit
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "configs")
 EPISODES = 8
@@ -46,13 +44,11 @@ def _step(ckpt):
 def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
     args = _overlay(tmp_path)
     last = tmp_path / "ckpt" / "last.ckpt"
-    proc = subprocess.Popen([sys.executable, "-m", "sp_lightning.cli", "fit", *args, "--trainer.max_steps", "40"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = ForkedFit([*args, "--trainer.max_steps", "40"], tmp_path)  # a process of its own
     deadline = time.time() + 300
     while _step(last) < 6 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.5)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.kill()
     ckpt = torch.load(last, weights_only=False)
     killed_at = ckpt["global_step"]
     assert 6 <= killed_at < 40
