@@ -107,6 +107,7 @@ class DiplomacyRules:
         self.last_year = self.year + max_years - 1
         self.chosen: dict[str, list[str]] = {p: [] for p in POWERS}
         self.pending: list[Decision] = []
+        self._board_lines: tuple[tuple[str, int], list[str]] | None = None  # see _board
         self._start_phase()
 
     def __deepcopy__(self, memo: dict) -> DiplomacyRules:
@@ -270,10 +271,7 @@ class DiplomacyRules:
                  f"{self.last_year} (or when a power holds 18 centres). You are {power}."]
         if not self.is_terminal:
             lines.append(f"Phase {phase}: {SEASONS[phase[0]]} {phase[1:5]}, {PHASE_KINDS[phase[-1]]}.")
-        lines.append("Supply centres: " + "; ".join(
-            f"{p} {len(self.game.get_centers(p))} ({' '.join(sorted(self.game.get_centers(p)))})" for p in POWERS))
-        lines.append("Units: " + "; ".join(f"{p}: {', '.join(sorted(self.game.get_units(p))) or '-'}" for p in POWERS))
-        lines.extend(self._last_phase())
+        lines.extend(self._board())
         if self.is_terminal:
             scores = self.scores()
             lines.append(f"Final: you hold {int(scores['centres'][power])} supply centre(s); sum-of-squares score "
@@ -283,6 +281,21 @@ class DiplomacyRules:
         if self.pending and self.pending[0].power == power and not self.is_terminal:
             lines.extend(self._asked(power))
         return "\n".join(lines)
+
+    def _board(self) -> list[str]:
+        """The lines every power sees alike until the phase is processed: supply centres, units and
+        the last phase's orders and results. Built once a phase (keyed by the phase and the length
+        of the history, so a copy or a restored game cannot read another phase's), since the
+        package's phase history costs about 2 ms a call and a phase is viewed once per decision."""
+        key = (self.game.get_current_phase(), len(self.game.state_history))
+        cached = getattr(self, "_board_lines", None)
+        if cached is None or cached[0] != key:
+            lines = ["Supply centres: " + "; ".join(
+                f"{p} {len(self.game.get_centers(p))} ({' '.join(sorted(self.game.get_centers(p)))})" for p in POWERS),
+                "Units: " + "; ".join(f"{p}: {', '.join(sorted(self.game.get_units(p))) or '-'}" for p in POWERS),
+                *self._last_phase()]
+            cached = self._board_lines = (key, lines)
+        return cached[1]
 
     def _asked(self, power: str) -> list[str]:
         """What the power is asked now: one unit's numbered orders, or (``orders="power"``) every
