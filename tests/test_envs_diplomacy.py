@@ -32,6 +32,45 @@ def _play(env, seed, bots=None, until=None):
     return phases
 
 
+def test_a_view_built_once_a_phase_is_the_view_built_afresh_in_every_state_and_every_copy():
+    """``DiplomacyRules`` keeps the lines every power sees alike (centres, units, the last phase)
+    for the phase; at every decision of a game through retreats and builds, each power's view
+    equals one built with nothing kept, and a copy taken mid-phase and played on leaves the
+    original's view as it was."""
+    import copy
+
+    def afresh(rules, power):
+        rules._board_lines = None
+        return rules.view(power)
+
+    env = DiplomacyEnv(max_years=2)
+    copied = None
+    for agent in _play_iter(env, seed=3):
+        rules = env.game
+        views = {p: rules.view(p) for p in POWERS}
+        assert views == {p: afresh(rules, p) for p in POWERS}
+        if copied is None and rules.game.get_current_phase() == "F1901M":
+            copied, twin = views, copy.deepcopy(rules)
+            while twin.game.get_current_phase() == "F1901M":
+                twin.apply(twin.legal_moves()[-1])
+            assert twin.view(POWERS[0]) != copied[POWERS[0]]
+            assert {p: rules.view(p) for p in POWERS} == copied
+    assert copied is not None
+
+
+def _play_iter(env, seed):
+    """Each agent in turn over a game of random orders, before its move is made."""
+    env.reset(seed=seed)
+    bots = {a: RandomBot(seed * 10 + i) for i, a in enumerate(env.possible_agents)}
+    for agent in env.agent_iter():
+        observation, _, terminated, truncated, info = env.last()
+        if terminated or truncated:
+            env.step(None)
+            continue
+        yield agent
+        env.step(bots[agent].act(observation["text"], info["legal_actions"]))
+
+
 def test_the_pettingzoo_api_test_passes():
     api_test(DiplomacyEnv(max_years=1), num_cycles=60)
 
