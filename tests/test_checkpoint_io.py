@@ -1,11 +1,10 @@
 """Checkpoint files a kill cannot corrupt (sp_lightning.checkpoint_io)."""
 
 import logging
+import multiprocessing
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,17 +12,17 @@ import torch
 
 from sp_lightning.checkpoint_io import AtomicCheckpointIO, previous_path
 
-WRITER = """
-import sys, torch
-from sp_lightning.checkpoint_io import AtomicCheckpointIO
-io, path = AtomicCheckpointIO(), sys.argv[1]
-payload = torch.randn(4_000_000)  # 16 MB: a write takes long enough to be killed in the middle
-step = 0
-while True:
-    step += 1
-    io.save_checkpoint({"step": step, "payload": payload}, path)
-    print(step, flush=True)
-"""
+def _save_forever(path: str, out: int) -> None:
+    """The writer: 16 MB checkpoints (a write takes long enough to be killed in the middle) saved
+    in a loop, each step number written to ``out`` once its save returned."""
+    io = AtomicCheckpointIO()
+    payload = torch.randn(4_000_000)
+    with os.fdopen(out, "w", buffering=1) as reported:
+        step = 0
+        while True:
+            step += 1
+            io.save_checkpoint({"step": step, "payload": payload}, path)
+            print(step, file=reported, flush=True)
 
 
 def test_a_save_replaces_the_file_and_keeps_the_previous_one(tmp_path):
@@ -80,14 +79,18 @@ def test_sigkill_during_writes_never_leaves_an_unreadable_checkpoint(tmp_path):
     reported, or the one it was about to report."""
     path = tmp_path / "last.ckpt"
     rng = random.Random(0)
-    for _ in range(3):
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
-        first = writer.stdout.readline().strip()
-        assert first, "the writer saved once"
-        time.sleep(rng.uniform(0.0, 0.3))
-        os.kill(writer.pid, signal.SIGKILL)
-        writer.wait()
-        reported = [int(line) for line in [first, *writer.stdout.read().split()]]
+    for _ in range(3):  # the writer: a process of its own, forked (no interpreter start-up)
+        read_end, write_end = os.pipe()
+        writer = multiprocessing.get_context("fork").Process(target=_save_forever, args=(str(path), write_end))
+        writer.start()
+        os.close(write_end)
+        with os.fdopen(read_end) as reported_by_writer:
+            first = reported_by_writer.readline().strip()
+            assert first, "the writer saved once"
+            time.sleep(rng.uniform(0.0, 0.3))
+            os.kill(writer.pid, signal.SIGKILL)
+            writer.join()
+            reported = [int(line) for line in [first, *reported_by_writer.read().split()]]
         loaded = torch.load(path, weights_only=False)
         assert loaded["payload"].numel() == 4_000_000
         assert loaded["step"] in (reported[-1], reported[-1] + 1)
