@@ -21,6 +21,14 @@ import pytest  # noqa: E402
 from tests.helpers import ScriptedOpenAIServer  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """The tests marked ``slow`` (training runs, notebooks, process launches) first, each group in
+    its collected order: pytest-xdist's workers then take the long tests early and share the short
+    ones at the end, instead of one worker starting a minute-long test while the other runs out of
+    work. The sort is stable and the same on every worker, as xdist requires."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def tiny_policy():
     """One tiny model + tokenizer for the whole session (fresh copies where a test trains)."""
