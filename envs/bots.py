@@ -13,7 +13,7 @@ import numpy as np
 from .bargaining import BargainerBot  # game-specific bots live with their game
 from .diplomacy import DiplomacyRandomBot, PlannerBot
 from .kuhn_poker import NashBot
-from .tictactoe import PerfectBot, TacticalBot
+from .tictactoe import PerfectBot, PressingBot, TacticalBot
 
 _PRINTABLE = string.printable
 _EXOTIC = "éßøЖж中文🙂\u200b\u00a0\t\r\x00\\\"'`{}<>"
@@ -79,7 +79,7 @@ class ChaosBot:
 
 
 BOTS = {"random": RandomBot, "chaos": ChaosBot, "tictactoe_tactical": TacticalBot, "tictactoe_perfect": PerfectBot,
-        "bargainer": BargainerBot, "diplomacy_planner": PlannerBot, "diplomacy_random": DiplomacyRandomBot,
+        "tictactoe_pressing": PressingBot, "bargainer": BargainerBot, "diplomacy_planner": PlannerBot, "diplomacy_random": DiplomacyRandomBot,
         "kuhn_poker_nash": NashBot}
 """``bot:<name>`` -> class; every bot is built as ``cls(seed=...)``. Bots named after a game
 play only that game."""

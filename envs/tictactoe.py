@@ -188,6 +188,35 @@ def perfect_moves(board: list[int | None], to_move: int) -> list[int]:
     return [i for i, value in values.items() if value == best]
 
 
+@functools.lru_cache(maxsize=None)
+def pressing_score(board: tuple[int | None, ...], to_move: int, me: int) -> float:
+    """``me``'s expected score (+1 win, 0 draw, -1 loss) from ``board`` with ``to_move`` to play,
+    when ``me`` plays ``pressing_moves`` and the other player picks uniformly among the empty
+    cells (what RandomBot does). Memoised, as ``minimax_value``."""
+    for line in LINES:
+        first = board[line[0]]
+        if first is not None and board[line[1]] == first and board[line[2]] == first:
+            return 1.0 if first == me else -1.0
+    empty = [i for i, c in enumerate(board) if c is None]
+    if not empty:
+        return 0.0
+    if to_move == me:
+        cells = pressing_moves(list(board), me)[:1]  # they all score the same
+    else:
+        cells = empty
+    scores = [pressing_score(board[:i] + (to_move,) + board[i + 1:], 1 - to_move, me) for i in cells]
+    return sum(scores) / len(scores)
+
+
+def pressing_moves(board: list[int | None], to_move: int) -> list[int]:
+    """The perfect moves (``perfect_moves``) that score best against a uniformly random opponent:
+    never a worse result against a perfect player, and the most wins against one who errs."""
+    scores = {i: pressing_score(tuple(board[:i] + [to_move] + board[i + 1:]), 1 - to_move, to_move)
+              for i in perfect_moves(board, to_move)}
+    best = max(scores.values())
+    return [i for i, score in scores.items() if score >= best - 1e-12]
+
+
 class PerfectBot:
     """A perfect Tic-Tac-Toe player: a move of the highest minimax value, random among equal ones.
 
@@ -200,12 +229,28 @@ class PerfectBot:
     def __init__(self, seed: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
 
+    choose = staticmethod(perfect_moves)  # the cells it picks among, at random
+
     def act(self, observation: str, legal_actions: list[str]) -> str:
         if not legal_actions:
-            raise ValueError("PerfectBot.act needs at least one legal action, got an empty list")
+            raise ValueError(f"{type(self).__name__}.act needs at least one legal action, got an empty list")
         board, me = parse_board(observation)
-        moves = [MOVES[i] for i in perfect_moves(board, me) if MOVES[i] in legal_actions]
+        moves = [MOVES[i] for i in self.choose(board, me) if MOVES[i] in legal_actions]
         moves = moves or list(legal_actions)  # a board the env would not show: any legal move
         return moves[int(self.rng.integers(len(moves)))]
 
     __call__ = act
+
+
+class PressingBot(PerfectBot):
+    """A perfect Tic-Tac-Toe player that presses for the win: among the perfect moves, one that
+    wins most often against a player who picks at random (``pressing_moves``), random among equal
+    ones.
+
+    It never loses, as PerfectBot, but against RandomBot it wins 0.995 as X and 0.916 as O (exact)
+    where PerfectBot, indifferent among perfect moves, wins 0.968 and 0.777: a teacher for a
+    policy that must both never lose against a perfect player and win against a weak one, where
+    imitating PerfectBot caps the second. Registered as ``bot:tictactoe_pressing``.
+    """
+
+    choose = staticmethod(pressing_moves)
