@@ -288,7 +288,7 @@ class DiplomacyRules:
         of the history, so a copy or a restored game cannot read another phase's), since the
         package's phase history costs about 2 ms a call and a phase is viewed once per decision."""
         key = (self.game.get_current_phase(), len(self.game.state_history))
-        cached = getattr(self, "_board_lines", None)
+        cached = self._board_lines
         if cached is None or cached[0] != key:
             lines = ["Supply centres: " + "; ".join(
                 f"{p} {len(self.game.get_centers(p))} ({' '.join(sorted(self.game.get_centers(p)))})" for p in POWERS),

@@ -166,14 +166,21 @@ class TacticalBot:
     __call__ = act
 
 
+def line_owner(board: tuple[int | None, ...] | list[int | None]) -> int | None:
+    """The mark with three in a row on ``board``, None if neither has one."""
+    for a, b, c in LINES:
+        if board[a] is not None and board[a] == board[b] == board[c]:
+            return board[a]
+    return None
+
+
 @functools.lru_cache(maxsize=None)
 def minimax_value(board: tuple[int | None, ...], to_move: int) -> int:
     """The game's value for ``to_move`` under perfect play from ``board`` (+1 win, 0 draw, -1
     loss). Every position is solved once (memoised; 5,478 reachable positions)."""
-    for line in LINES:
-        first = board[line[0]]
-        if first is not None and board[line[1]] == first and board[line[2]] == first:
-            return 1 if first == to_move else -1
+    owner = line_owner(board)
+    if owner is not None:
+        return 1 if owner == to_move else -1
     empty = [i for i, c in enumerate(board) if c is None]
     if not empty:
         return 0
@@ -193,19 +200,15 @@ def pressing_score(board: tuple[int | None, ...], to_move: int, me: int) -> floa
     """``me``'s expected score (+1 win, 0 draw, -1 loss) from ``board`` with ``to_move`` to play,
     when ``me`` plays ``pressing_moves`` and the other player picks uniformly among the empty
     cells (what RandomBot does). Memoised, as ``minimax_value``."""
-    for line in LINES:
-        first = board[line[0]]
-        if first is not None and board[line[1]] == first and board[line[2]] == first:
-            return 1.0 if first == me else -1.0
+    owner = line_owner(board)
+    if owner is not None:
+        return 1.0 if owner == me else -1.0
     empty = [i for i, c in enumerate(board) if c is None]
     if not empty:
         return 0.0
-    if to_move == me:
-        cells = pressing_moves(list(board), me)[:1]  # they all score the same
-    else:
-        cells = empty
+    cells = perfect_moves(list(board), me) if to_move == me else empty
     scores = [pressing_score(board[:i] + (to_move,) + board[i + 1:], 1 - to_move, me) for i in cells]
-    return sum(scores) / len(scores)
+    return max(scores) if to_move == me else sum(scores) / len(scores)
 
 
 def pressing_moves(board: list[int | None], to_move: int) -> list[int]:

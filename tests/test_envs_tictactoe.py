@@ -192,12 +192,11 @@ def test_the_perfect_bot_never_loses_and_draws_against_itself():
 def _exact_wins_against_random(choose, seat: int) -> float:
     """The probability that the player choosing uniformly among ``choose(board, seat)`` wins from
     the empty board in ``seat`` against a uniformly random player, over every line of play."""
-    from envs.tictactoe import LINES as lines
+    from envs.tictactoe import line_owner
 
     def wins(board, to_move):
-        for a, b, c in lines:
-            if board[a] is not None and board[a] == board[b] == board[c]:
-                return float(board[a] == seat)
+        if line_owner(board) is not None:
+            return float(line_owner(board) == seat)
         empty = [i for i, cell in enumerate(board) if cell is None]
         if not empty:
             return 0.0
@@ -212,7 +211,7 @@ def test_the_pressing_bot_never_loses_and_wins_more_against_random_play_than_the
     random player than PerfectBot does (0.995 / 0.916 against 0.968 / 0.777), every move it picks
     is a perfect move (so a perfect player only draws against it), and the bot plays them."""
     from envs.bots import BOTS
-    from envs.tictactoe import MOVES, perfect_moves, pressing_moves
+    from envs.tictactoe import MOVES, line_owner, perfect_moves, pressing_moves
 
     for seat, (pressing, perfect) in enumerate(((0.9948, 0.9679), (0.9164, 0.7775))):
         assert _exact_wins_against_random(pressing_moves, seat) == pytest.approx(pressing, abs=1e-4)
@@ -221,7 +220,7 @@ def test_the_pressing_bot_never_loses_and_wins_more_against_random_play_than_the
         to_move = 0 if cells.count(0) == cells.count(1) else 1
         if cells.count(0) - cells.count(1) not in (0, 1) or None not in cells:
             continue
-        if any(cells[a] is not None and cells[a] == cells[b] == cells[c] for a, b, c in LINES):
+        if line_owner(cells) is not None:
             continue
         chosen = pressing_moves(list(cells), to_move)
         assert chosen and set(chosen) <= set(perfect_moves(list(cells), to_move))
