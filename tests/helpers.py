@@ -8,7 +8,8 @@ loopback speaking the chat-completions protocol, scripted to fail, stall or answ
 ``fit_batches`` runs a real ``fit`` of a shipped config on the tiny model and returns the batches
 it trained on; ``checkpointed_fit`` runs one that writes ``last.ckpt`` after every step;
 ``ForkedFit`` runs ``sp-lightning fit`` in a process of its own, forked from this one, for the
-tests whose point is a process that SIGKILL ends.
+tests whose point is a process that SIGKILL ends; ``ForkedRanks`` runs it as several ranks so
+forked, each told its rank by the environment, for the strategies without a fork launcher.
 """
 
 from __future__ import annotations
@@ -118,16 +119,17 @@ def fit_batches(config: str, tmp_path, steps: int, *overrides: str):
     return trainer, keep.batches
 
 
-def _fit_in_a_fork(arguments: list[str], cwd: str, log: str) -> None:
+def _fit_in_a_fork(arguments: list[str], cwd: str, log: str, env: dict[str, str]) -> None:
     """The forked child: a session of its own (``os.killpg`` reaches every rank it forks), one
-    thread (read by the command's thread set-up, as in a subprocess given OMP_NUM_THREADS=1), the
-    output in ``log``; ``sp-lightning fit`` here, its exit status the child's."""
+    thread (read by the command's thread set-up, as in a subprocess given OMP_NUM_THREADS=1),
+    ``env`` added to its environment, the output in ``log``; ``sp-lightning fit`` here, its exit
+    status the child's."""
     os.setsid()
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(out, 1)
     os.dup2(out, 2)
     sys.stdout = sys.stderr = open(out, "w", buffering=1, closefd=False)
-    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **env)
     os.chdir(cwd)
     from sp_lightning.cli import main
 
@@ -139,12 +141,13 @@ class ForkedFit:
     process of its own, which SIGKILL ends as it ends any run, without the 5-7 s a fresh
     interpreter spends importing lightning, torch and transformers on this machine. Every fork
     starts from this process's same state, so a straight run and a killed one compare exactly.
-    Its output goes to ``cwd/fit.log`` (appended; ``tail`` shows it after a failure)."""
+    Its output goes to ``cwd/<log>`` (appended; ``tail`` shows it after a failure); ``env`` is
+    added to its environment."""
 
-    def __init__(self, arguments: Sequence[str], cwd):
-        self.log = os.path.join(str(cwd), "fit.log")
+    def __init__(self, arguments: Sequence[str], cwd, env: dict[str, str] | None = None, log: str = "fit.log"):
+        self.log = os.path.join(str(cwd), log)
         self.process = multiprocessing.get_context("fork").Process(
-            target=_fit_in_a_fork, args=(list(arguments), str(cwd), self.log))
+            target=_fit_in_a_fork, args=(list(arguments), str(cwd), self.log, dict(env or {})))
         self.process.start()
         self.pid = self.process.pid
 
@@ -170,9 +173,55 @@ class ForkedFit:
             return f.read()[-characters:]
 
 
-def forked_fit(arguments: Sequence[str], cwd, timeout: float = 600) -> None:
-    """A ``ForkedFit`` run to its end; fails the test, with the run's output, if it did not exit 0."""
-    run = ForkedFit(arguments, cwd)
+class ForkedRanks:
+    """``sp-lightning fit <arguments>`` as ``ranks`` processes forked from this one (``ForkedFit``
+    each), every one told its rank as a cluster's launcher tells it (``LOCAL_RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` on loopback), so Lightning starts no process
+    itself. For the strategies without a fork launcher (FSDP2's ModelParallelStrategy starts rank
+    1 by running the script again): their ranks, without a fresh interpreter each. Rank ``r``'s
+    output goes to ``cwd/fit-rank<r>.log``."""
+
+    def __init__(self, arguments: Sequence[str], cwd, ranks: int = 2):
+        port = free_ports(1)[0]
+        self.ranks = [ForkedFit(arguments, cwd, log=f"fit-rank{rank}.log",
+                                env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "NODE_RANK": "0",
+                                     "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank)})
+                      for rank in range(ranks)]
+
+    def poll(self) -> int | None:
+        """The first failed rank's exit status; else None while a rank runs; else 0."""
+        codes = [run.poll() for run in self.ranks]
+        failed = [code for code in codes if code not in (None, 0)]
+        return failed[0] if failed else None if None in codes else 0
+
+    def kill(self) -> None:
+        """SIGKILL to every rank at once, as a cluster's scheduler stops a job."""
+        for run in self.ranks:
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for run in self.ranks:
+            run.process.join()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Every rank's end (a rank that failed ends the others: they would wait on it)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.05)
+        if code not in (None, 0):
+            self.kill()
+        return code
+
+    def tail(self, characters: int = 6000) -> str:
+        return "\n".join(f"--- rank {rank}:\n{run.tail(characters // len(self.ranks))}"
+                         for rank, run in enumerate(self.ranks))
+
+
+def forked_fit(arguments: Sequence[str], cwd, timeout: float = 600, ranks: int = 0) -> None:
+    """A ``ForkedFit`` (with ``ranks``: a ``ForkedRanks``) run to its end; fails the test, with
+    the run's output, if it did not exit 0."""
+    run = ForkedRanks(arguments, cwd, ranks) if ranks else ForkedFit(arguments, cwd)
     code = run.wait(timeout)
     if code is None:
         run.kill()

@@ -4,14 +4,15 @@ no rank can leave another waiting, the league has one owner, and a killed run re
 
 A fit of several ranks is ``sp-lightning fit`` run from this process with Lightning's
 ``ddp_fork`` (the DDP strategy, each rank a process forked from this one: real processes on gloo,
-without importing every package again in each), except where the command's own launcher is the
-point: the fits killed with SIGKILL and resumed, a rank's error as the user sees it, torchrun, and
-FSDP2 (its strategy has no fork launcher) run ``sp-lightning fit`` in a subprocess, which starts
-the other ranks by running the same command again. A one-rank fit they are compared with runs in
-this process. The SIGKILL test compares a forked reference with the command's killed and resumed
-run bit for bit, so both launchers are held to the same result. ``tests/distributed_doubles.py``
-holds the recorder callback and the arena that replays recorded records, which the fits load by
-class path.
+without importing every package again in each). FSDP2's strategy has no fork launcher: its ranks
+are forked from this process and each told its rank by the environment, as torchrun tells it
+(``tests.helpers.ForkedRanks``), except in the sharded-gradient test, which runs the command
+whose launcher starts rank 1 by running it again. The command runs in a subprocess where its own
+process start is the point: a rank's error as the user sees it, and torchrun. The fits killed with
+SIGKILL are processes of their own forked from this one (``tests.helpers.ForkedFit``), killed
+with every rank at once. A one-rank fit they are compared with runs in this process.
+``tests/distributed_doubles.py`` holds the recorder callback and the arena that replays recorded
+records, which the fits load by class path.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +28,7 @@ import pytest
 import torch
 import yaml
 
-from tests.helpers import ForkedFit, forked_fit, free_ports
+from tests.helpers import ForkedFit, ForkedRanks, forked_fit, free_ports
 
 pytestmark = pytest.mark.slow  # several multi-process fits
 
@@ -67,11 +67,15 @@ def _fit(config: str, root, devices: int, extra: dict | None = None, *args: str,
     """``sp-lightning fit`` on ``devices`` ranks, in ``root``; ranks of its own: in a subprocess
     (Lightning starts the other ranks by running the same command again), or with ``fork`` from
     this process (Lightning's ``ddp_fork``: the same DDP strategy, its ranks forked from this
-    process, so no rank imports the packages again)."""
+    process, so no rank imports the packages again; FSDP2, which has no fork launcher: each rank
+    forked from this process and told its rank by the environment, as torchrun tells it)."""
     root.mkdir(parents=True, exist_ok=True)
     arguments = ["--config", os.path.join(CONFIGS, config), "--config", _overlay(root, devices, extra), *args]
     if devices == 1:
         _fit_in_this_process(root, arguments)
+        return
+    if fork and _is_sharded(extra):  # ModelParallelStrategy has no fork launcher: ranks forked here
+        forked_fit(arguments, root, timeout, ranks=devices)
         return
     if fork:
         _fit_in_this_process(root, [*arguments, "--trainer.strategy", "ddp_fork"])
@@ -228,6 +232,10 @@ with open(os.path.join(CONFIGS, "overlays", "fsdp2_cpu.yaml")) as _f:
     SHARDED = yaml.safe_load(_f)  # the shipped overlay: ModelParallelStrategy
 
 
+def _is_sharded(extra: dict | None) -> bool:
+    return (extra or {}).get("trainer", {}).get("strategy") == SHARDED["trainer"]["strategy"]
+
+
 def _sharded(extra: dict) -> dict:
     merged = json.loads(json.dumps(extra))
     for block, settings in SHARDED.items():
@@ -380,32 +388,25 @@ def test_a_league_fit_killed_with_sigkill_resumes_bit_for_bit(tmp_path, devices,
               "--data.league.evaluator", '{"every": 0}', "--data.league.games_per_match", "1",
               "--data.league.best_response_every", "2"]  # bots that join mid-run, their streams resumed too
     _fit("kuhn_poker_league_tiny.yaml", reference, devices, checkpoints, *common,
-         "--data.league.dir", str(reference / "league"), fork=not sharded)  # the straight run
+         "--data.league.dir", str(reference / "league"), fork=True)  # the straight run
 
     killed.mkdir()
     arguments = ["--config", os.path.join(CONFIGS, "kuhn_poker_league_tiny.yaml"),
                  "--config", _overlay(killed, devices, checkpoints), *common, "--data.league.dir", str(killed / "league")]
-    if sharded:  # the command, whose launcher starts rank 1 by running it again: one session for both
-        proc = subprocess.Popen([*FIT, *arguments], env=ENV, cwd=killed, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-    else:  # a process of its own, forked (its ranks forked from it, as ddp_fork does): no imports again
-        arguments += ["--trainer.strategy", "ddp_fork"] if devices > 1 else []
-        proc = ForkedFit(arguments, killed)
+    # processes of their own, forked from this one (no imports again): FSDP2's two ranks each
+    # forked and told its rank, as torchrun does; DDP's one process forking its ranks (ddp_fork)
+    ranks = devices if sharded else 0
+    arguments += ["--trainer.strategy", "ddp_fork"] if devices > 1 and not sharded else []
+    proc = ForkedRanks(arguments, killed, ranks) if ranks else ForkedFit(arguments, killed)
     last = killed / "ckpt" / "last.ckpt"
     deadline = time.time() + 300
     while _last_step(last) < 3 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
     time.sleep(0.3)
-    os.killpg(proc.pid, signal.SIGKILL)  # every rank at once, as a cluster's scheduler stops a job
-    proc.wait()
+    proc.kill()  # SIGKILL to every rank at once, as a cluster's scheduler stops a job
     killed_at = _last_step(last)
-    assert 3 <= killed_at < steps
-    if sharded:
-        resumed = subprocess.run([*FIT, *arguments, "--ckpt_path", str(last)], env=ENV, cwd=killed,
-                                 capture_output=True, text=True, timeout=600)
-        assert resumed.returncode == 0, resumed.stderr[-6000:]
-    else:
-        forked_fit([*arguments, "--ckpt_path", str(last)], killed)
+    assert 3 <= killed_at < steps, proc.tail()
+    forked_fit([*arguments, "--ckpt_path", str(last)], killed, ranks=ranks)
 
     ours = torch.load(last, weights_only=False)
     theirs = torch.load(reference / "ckpt" / "last.ckpt", weights_only=False)
