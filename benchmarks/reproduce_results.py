@@ -263,6 +263,18 @@ def last_quarter_mean(curve: list[tuple[int, float]]) -> float:
     return sum(quarter) / len(quarter)
 
 
+def policy_flags(fit_flags: list[str]) -> list[str]:
+    """The ``--model.policy...`` flags among ``fit_flags`` (``--key value`` or ``--key=value``):
+    they change the model a checkpoint belongs to, so every evaluation of the run passes them too
+    (a checkpoint of another model is refused)."""
+    found = []
+    for k, flag in enumerate(fit_flags):
+        if flag.startswith("--model.policy"):
+            takes_value = "=" not in flag and k + 1 < len(fit_flags) and not fit_flags[k + 1].startswith("--")
+            found += [flag, fit_flags[k + 1]] if takes_value else [flag]
+    return found
+
+
 def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, threads: int,
                fit_flags: list[str]) -> dict:
     work = os.path.join(out, name, f"seed{seed}")
@@ -283,6 +295,7 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
     import torch
 
     games_per_seat = games_per_seat or spec.get("games_per_seat", 1000)  # the flag wins (a smoke run)
+    model_flags = policy_flags(fit_flags)  # the model the fit built is the one its checkpoints fit
     chosen_at = torch.load(best[0], map_location="cpu", weights_only=False)["global_step"]
     result = {"recipe": name, "seed": seed, "fit_seconds": round(fit_seconds, 1), "result_step": chosen_at,
               "eval_seed": EVAL_SEED, "games_per_seat": games_per_seat, "against": {}}
@@ -302,7 +315,9 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
             path = os.path.join(work, f"{name_of}.json")
             shared_figure = label and label != "warm_start"
             if shared_figure:  # the untrained policy (the config's own seed) and a bot: the same games for every seed
-                shared = os.path.join(os.path.dirname(work), "shared", f"{name_of}-{games_per_seat}x{EVAL_SEED}.json")
+                variant = "-" + "".join(model_flags).replace("--model.policy.", "_").replace("/", "_") if model_flags else ""
+                shared = os.path.join(os.path.dirname(work), "shared",
+                                      f"{name_of}-{games_per_seat}x{EVAL_SEED}{variant}.json")
                 path = shared
             exact = spec.get("exploitability") or spec.get("exact")
             flags = (["--exploitability", "true"] if exact and opponent == spec["opponents"][0]
@@ -326,7 +341,7 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
                 subprocess.run([*CLI, "evaluate", "--config", config, *configs, "--opponent", opponent,
                                 "--games_per_seat", str(games_per_seat), "--seed", str(EVAL_SEED),
                                 "--held_out", "false",  # the recipe's figures are the trained game's
-                                "--output", path + ".partial", *flags], cwd=work, env=env, stdout=subprocess.DEVNULL,
+                                "--output", path + ".partial", *model_flags, *flags], cwd=work, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, check=True)
                 os.replace(path + ".partial", path)
             while not os.path.exists(path):  # another process measures it
