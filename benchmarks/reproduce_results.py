@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
 import subprocess
@@ -315,7 +316,8 @@ def run_recipe(name: str, spec: dict, seed: int, out: str, games_per_seat: int, 
             path = os.path.join(work, f"{name_of}.json")
             shared_figure = label and label != "warm_start"
             if shared_figure:  # the untrained policy (the config's own seed) and a bot: the same games for every seed
-                variant = "-" + "".join(model_flags).replace("--model.policy.", "_").replace("/", "_") if model_flags else ""
+                # another model's figures kept apart: the flags' digest in the name
+                variant = "-" + hashlib.sha1(" ".join(model_flags).encode()).hexdigest()[:8] if model_flags else ""
                 shared = os.path.join(os.path.dirname(work), "shared",
                                       f"{name_of}-{games_per_seat}x{EVAL_SEED}{variant}.json")
                 path = shared

@@ -155,13 +155,17 @@ class ForkedFit:
         """The exit status once the child has ended, else None (as ``Popen.poll``)."""
         return None if self.process.is_alive() else self.process.exitcode
 
-    def kill(self) -> None:
+    def sigkill(self) -> None:
         """SIGKILL to the child and every process it started (its session), as a scheduler
-        stops a job; then reaps it."""
+        stops a job; it is not reaped (``kill`` does both)."""
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except ProcessLookupError:  # it had ended
             pass
+
+    def kill(self) -> None:
+        """``sigkill``, then reap the child."""
+        self.sigkill()
         self.process.join()
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -195,12 +199,9 @@ class ForkedRanks:
         return failed[0] if failed else None if None in codes else 0
 
     def kill(self) -> None:
-        """SIGKILL to every rank at once, as a cluster's scheduler stops a job."""
+        """SIGKILL to every rank at once, as a cluster's scheduler stops a job; then reap them."""
         for run in self.ranks:
-            try:
-                os.killpg(run.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            run.sigkill()
         for run in self.ranks:
             run.process.join()
 

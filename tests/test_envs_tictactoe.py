@@ -195,8 +195,9 @@ def _exact_wins_against_random(choose, seat: int) -> float:
     from envs.tictactoe import line_owner
 
     def wins(board, to_move):
-        if line_owner(board) is not None:
-            return float(line_owner(board) == seat)
+        owner = line_owner(board)
+        if owner is not None:
+            return float(owner == seat)
         empty = [i for i, cell in enumerate(board) if cell is None]
         if not empty:
             return 0.0
