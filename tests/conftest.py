@@ -15,6 +15,14 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # before anything imports torch
     _share = max(1, usable_cpus() // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # vLLM's CPU engine pins its OpenMP threads to the first cores it may use ("auto"): two
+    # workers' engines would share one core and leave the other idle; each worker's engines get
+    # their own share of the cores instead
+    _cpus = sorted(os.sched_getaffinity(0))
+    _worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    _mine = _cpus[_worker * _share:(_worker + 1) * _share] if len(_cpus) >= (_worker + 1) * _share else []
+    if _mine:
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(map(str, _mine)))
 
 import pytest  # noqa: E402
 

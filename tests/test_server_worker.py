@@ -1,6 +1,6 @@
 """ServerRolloutWorker without a server: its settings checks, the books of its fleet, and a
 server that stays down failing with an error that names its URL (the vLLM servers themselves,
-one killed mid-run, are exercised in tests/test_vllm_worker.py)."""
+one killed mid-run, are exercised in tests/test_vllm_servers.py)."""
 
 import os
 
