@@ -6,9 +6,10 @@ A fit of several ranks is ``sp-lightning fit`` run from this process with Lightn
 ``ddp_fork`` (the DDP strategy, each rank a process forked from this one: real processes on gloo,
 without importing every package again in each). FSDP2's strategy has no fork launcher: its ranks
 are forked from this process and each told its rank by the environment, as torchrun tells it
-(``tests.helpers.ForkedRanks``), except in the sharded-gradient test, which runs the command
-whose launcher starts rank 1 by running it again. The command runs in a subprocess where its own
-process start is the point: a rank's error as the user sees it, and torchrun. The fits killed with
+(``tests.helpers.ForkedRanks``; so are the ranks of the non-finite test, each left to end by
+itself), except in the sharded-gradient test, which runs the command whose launcher starts rank 1
+by running it again. The command runs in a subprocess only where its own process start is the
+point: that launcher, and torchrun. The fits killed with
 SIGKILL are processes of their own forked from this one (``tests.helpers.ForkedFit``), killed
 with every rank at once. A one-rank fit they are compared with runs in this process.
 ``tests/distributed_doubles.py`` holds the recorder callback and the arena that replays recorded
@@ -213,13 +214,16 @@ def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path, rec
     path, _ = recorded
     pair = tmp_path / "two"
     pair.mkdir()
-    command = [*FIT, "--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"),
-               "--config", _overlay(pair, 2, _replay(path, nonfinite_rank=1)), "--trainer.max_steps", "2",
-               "--model.optimizer.max_nonfinite_steps", "3"]
-    result = subprocess.run(command, env=ENV, cwd=pair, capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0
-    for rank in (0, 1):
-        assert f"[rank{rank}]: RuntimeError: 3 optimizer steps in a row had a non-finite loss" in result.stderr
+    arguments = ["--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"),
+                 "--config", _overlay(pair, 2, _replay(path, nonfinite_rank=1)), "--trainer.max_steps", "2",
+                 "--model.optimizer.max_nonfinite_steps", "3"]
+    ranks = ForkedRanks(arguments, pair, 2)
+    codes = [rank.wait(300) for rank in ranks.ranks]  # each rank ends by itself: none is ended for it
+    if None in codes:
+        ranks.kill()
+    assert None not in codes and all(code != 0 for code in codes), f"exit codes {codes}:\n{ranks.tail()}"
+    for rank in ranks.ranks:
+        assert "RuntimeError: 3 optimizer steps in a row had a non-finite loss" in rank.tail(), rank.tail()
     zero, one = _lines(pair, 0), _lines(pair, 1)
     assert len(zero) == len(one) >= 2
     assert {line["step"] for line in zero + one} == {0}, "no rank took an optimizer step"
@@ -262,21 +266,27 @@ def test_a_sharded_base_gives_the_gradient_of_one_rank_even_when_a_rank_has_no_r
 
 
 # ---- the league under DDP ---------------------------------------------------------------------
+RECENT_EVERY, RECENT_WINDOW, ANCHOR_EVERY = 2, 4, 3
+"""The league fits' schedule: a checkpoint every 2 steps, those of the last 4 kept, an anchor every
+3 (kept for good), so that 8 steps see checkpoints leave the window and an anchor outlive it."""
+
+
 def _league_fit(config: str, root, steps: int, *args: str, devices: int = 2):
     extra = {"data": {"episodes_per_batch": 16, "eval": {"games": 8}}}
+    schedule = {"recent_every": RECENT_EVERY, "recent_window": RECENT_WINDOW, "anchor_every": ANCHOR_EVERY}
     return _fit(config, root, devices, extra, "--trainer.max_steps", str(steps),
                 "--data.league.dir", str(root / "league"), "--data.league.games_per_match", "1",
-                "--data.league.schedule", '{"recent_every": 5, "recent_window": 10, "anchor_every": 15}',
-                "--data.league.evaluator", '{"every": 10, "games_per_seat": 4}', *args, fork=True)
+                "--data.league.schedule", json.dumps(schedule),
+                "--data.league.evaluator", '{"every": 4, "games_per_seat": 4}', *args, fork=True)
 
 
 @pytest.mark.parametrize("config", ["kuhn_poker_league_tiny.yaml", "tictactoe_league_tiny.yaml"])
 def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config):
     from sp_lightning.league.registry import LeagueRegistry
 
-    steps = 20  # checkpoints at 5..20, the window keeping 15 and 20, an anchor at 15
+    steps = 8  # checkpoints at 2..8, the window keeping 6 and 8, anchors at 3 and 6
     # Kuhn Poker's best responses are cheap (12 states): rank 0 computes them, both ranks play them
-    best_responses = "5" if config.startswith("kuhn") else "0"
+    best_responses = "2" if config.startswith("kuhn") else "0"
     _league_fit(config, tmp_path, steps, "--data.league.exploitability_every", "0",
                 "--data.league.best_response_every", best_responses)
     zero, one = _lines(tmp_path, 0), _lines(tmp_path, 1)
@@ -291,7 +301,9 @@ def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config
     league = LeagueRegistry(tmp_path / "league" / "league.json").read()
     checkpoints = sorted(a.step for a in league.agents.values() if a.type == "checkpoint")
     assert len(checkpoints) == len(set(checkpoints)), "no agent twice"
-    expected = {s for s in range(5, steps + 1, 5) if steps - s < 10} | {s for s in range(15, steps + 1, 15)}
+    expected = ({s for s in range(RECENT_EVERY, steps + 1, RECENT_EVERY) if steps - s < RECENT_WINDOW}
+                | set(range(ANCHOR_EVERY, steps + 1, ANCHOR_EVERY)))
+    assert expected == {3, 6, 8}
     elites = {a.step for a in league.agents.values() if "elite" in a.tags}
     assert set(checkpoints) == expected | elites
     # every game against a league member was rated once (games_per_match 1): both ranks' games
@@ -300,7 +312,7 @@ def test_a_two_rank_league_fit_has_one_league_fed_by_both_ranks(tmp_path, config
     assert sum(line["rated_games"] for line in one) > 0
     assert list((tmp_path / "league" / "evaluations").glob("*.result.json")), "the evaluator's results landed"
     if best_responses != "0":
-        assert {"br-000005", "br-000010", "br-000015"} <= set(zero[-1]["league"])
+        assert {"br-000002", "br-000004", "br-000006"} <= set(zero[-1]["league"])
         for lines in (zero, one):  # every rank seats them as bots
             assert any(p.startswith("bot:br-") for line in lines for seats in line["seats"] for p in seats)
 
