@@ -30,11 +30,25 @@ from tests.helpers import ScriptedOpenAIServer  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
-    """The tests marked ``slow`` (training runs, notebooks, process launches) first, each group in
-    its collected order: pytest-xdist's workers then take the long tests early and share the short
-    ones at the end, instead of one worker starting a minute-long test while the other runs out of
-    work. The sort is stable and the same on every worker, as xdist requires."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """The tests marked ``slow`` (training runs, notebooks, process launches) first on every
+    worker. pytest-xdist's ``worksteal`` (the README's) hands each of its N workers a contiguous
+    Nth of this list and lets an idle worker steal from the end of another's share: so each share
+    starts with its part of the slow tests (dealt round-robin) and ends with short ones. A worker
+    that sorted every slow test into the first share ran them all, and the other stole them from
+    its end one by one, a minute-long notebook among the last. Within a share the collected
+    order stays; the order is the same on every worker, as xdist requires."""
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    fast = [item for item in items if item.get_closest_marker("slow") is None]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    ordered, left = [], len(items)
+    for share in range(workers):
+        size = left // (workers - share)  # xdist's split: the Nth of what is left, in turn
+        mine = slow[share::workers]
+        take = max(0, size - len(mine))
+        ordered += mine + fast[:take]
+        fast = fast[take:]
+        left -= size
+    items[:] = ordered + fast
 
 
 @pytest.fixture(scope="session")
