@@ -66,8 +66,6 @@ def adapter_as(model, std: float, seed: int):
                     p.copy_(saved[n])
 
 
-
-
 def served_policy():
     """The tiny policy (LoRA r16, its adapter moved off zero) and a vLLM worker for it, its
     learner's weights sent; the engine starts at the first call that needs it. Closed after."""
