@@ -7,13 +7,17 @@ Each run is a fresh `sp-lightning fit` of configs/tictactoe_league_tiny.yaml for
 (its callbacks list is replaced by the overlay's, which keeps the config's baselines); the
 evaluator (when on) starts a tournament every 10 steps, 25 games per seat. Steps/s counts the training loop's
 wall time from the first to the last optimizer step (model build and start-up excluded). Medians
-over the repeats, and the ratio on/off.
+over the repeats, and the ratio on/off; beside them, with the evaluator on, the tournaments
+played and the CPU seconds of the evaluator's process (``RUSAGE_CHILDREN``: the processes this one
+started and waited for, the evaluator the only one), in all and per tournament.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import resource
 import sys
 import statistics
 import tempfile
@@ -37,8 +41,15 @@ class StepClock(L.Callback):
         self.times.append(time.perf_counter())
 
 
-def run(steps: int, evaluator_every: int) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(steps: int, evaluator_every: int) -> tuple[float, int, float]:
+    """Steps/s, tournaments played, and the evaluator's CPU seconds of one fit."""
     root = tempfile.mkdtemp()
+    cpu = _children_cpu()
     overlay = f"{root}/overlay.yaml"
     with open(overlay, "w") as f:
         f.write(
@@ -50,7 +61,8 @@ def run(steps: int, evaluator_every: int) -> float:
         )
     main(["fit", "--config", "configs/tictactoe_league_tiny.yaml", "--config", overlay])
     t = StepClock.last.times
-    return (len(t) - 1) / (t[-1] - t[0])
+    tournaments = len(glob.glob(f"{root}/league/evaluations/*.result.json"))
+    return (len(t) - 1) / (t[-1] - t[0]), tournaments, _children_cpu() - cpu
 
 
 if __name__ == "__main__":
@@ -60,11 +72,18 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
     a = parser.parse_args()
-    off, on = [], []
+    off, on, played, cpu = [], [], [], []
     for _ in range(a.repeats):
-        off.append(run(a.steps, 0))
-        on.append(run(a.steps, 10))
+        off.append(run(a.steps, 0)[0])
+        rate, tournaments, seconds = run(a.steps, 10)
+        on.append(rate)
+        played.append(tournaments)
+        cpu.append(seconds)
     off_m, on_m = statistics.median(off), statistics.median(on)
     print(f"steps/s without evaluator: median {off_m:.3f} ({', '.join(f'{x:.3f}' for x in off)})")
     print(f"steps/s with evaluator every 10 steps: median {on_m:.3f} ({', '.join(f'{x:.3f}' for x in on)})")
     print(f"ratio with/without: {on_m / off_m:.2f}")
+    per = [c / n for c, n in zip(cpu, played) if n]
+    print(f"evaluator: tournaments {', '.join(map(str, played))}; CPU s median {statistics.median(cpu):.1f} "
+          f"({', '.join(f'{x:.1f}' for x in cpu)}), per tournament median "
+          f"{statistics.median(per) if per else float('nan'):.1f}")

@@ -95,7 +95,7 @@ class RankRecorder(L.Callback):
         league = next((c for c in trainer.callbacks if type(c).__name__ == "LeagueCallback"), None)
         if league is not None:
             line["league"] = sorted(c.id for c in league.sampler.candidates)
-            line["evaluator_running"] = league.process is not None
+            line["evaluator_running"] = league.evaluating
         engine = engine_of(trainer)
         line["adapters"] = sorted(getattr(engine.worker, "adapter_paths", {}) or {})
         with open(os.path.join(self.dir, f"rank{trainer.global_rank}.jsonl"), "a") as f:

@@ -1,14 +1,16 @@
 """The background evaluator as the trainer drives it (sp_lightning.league.evaluator_process):
 whom the newest checkpoint plays, the spec it writes for every game of the run, and the result
-read back as metrics (the process itself replaced by a stand-in; the real one runs in the
-league fits of test_league_e2e.py and test_league_several_games.py)."""
+read back as metrics (the process itself replaced by a stand-in that records the specs it is
+sent; the real one runs in the league fits of test_league_e2e.py and test_league_several_games.py,
+two tournaments in one process in the league notebook's), and the evaluator's own loop
+(``evaluator.serve``) with a scripted tournament in place of the games."""
 
 from __future__ import annotations
 
 import pytest
 
 from sp_lightning.games import GameSettings
-from sp_lightning.league import evaluator_process
+from sp_lightning.league import evaluator, evaluator_process
 from sp_lightning.league.evaluator_process import EvaluatorProcess, Players, gatekeepers
 from sp_lightning.league.messages import EvaluatorResult, EvaluatorSpec, GatekeeperResult
 from sp_lightning.league.registry import AgentRecord, LeagueState
@@ -33,43 +35,74 @@ def test_the_newest_checkpoint_plays_the_gatekeepers_by_their_labels():
     assert gatekeepers(LeagueState(metadata={}), labels) == (None, {})
 
 
-class _Finished:
-    """Stands in for the evaluator's process: started with ``args``, already exited."""
+class _Pipe:
+    """The stand-in process's standard input: the lines written to it."""
+
+    def __init__(self):
+        self.lines, self.closed = [], False
+
+    def write(self, text):
+        self.lines += text.splitlines()
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+class _StandInProcess:
+    """Stands in for the evaluator's process: started with ``args``, it records the spec paths it
+    is sent; ``code`` set: it has exited with that status."""
 
     started: list = []
 
     def __init__(self, args, **kwargs):
-        self.args, self.code = args, 0
-        _Finished.started.append(self)
+        self.args, self.code, self.stdin = args, None, _Pipe()
+        _StandInProcess.started.append(self)
+
+    @property
+    def returncode(self):
+        return self.code
 
     def poll(self):
         return self.code
 
-    def wait(self):
+    def wait(self, timeout=None):
+        self.code = 0 if self.code is None else self.code
         return self.code
+
+    def terminate(self):
+        self.code = -15
+
+
+def _players(games=("kuhn_poker_v1",)):
+    return Players(PolicySettings(), [GameSettings(id=g) for g in games], SamplingSettings(), {})
 
 
 @pytest.mark.parametrize("games", [["kuhn_poker_v1"], ["kuhn_poker_v1", "tictactoe_v1"]])
 def test_a_tournament_plays_every_game_and_lands_as_metrics(tmp_path, monkeypatch, games):
-    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _Finished)
+    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
     events = []
     process = EvaluatorProcess(EvaluatorSettings(every=2, games_per_seat=3), str(tmp_path), "league.json", 4,
                                events.append)
     assert process.due(4) and not process.due(3)
-    players = Players(PolicySettings(), [GameSettings(id=g) for g in games], SamplingSettings(), {})
-    process.start(4, _league(best="ckpt-000002"), players)
+    process.start(4, _league(best="ckpt-000002"), _players(games))
     assert not process.due(6), "one tournament at a time"
-    assert _Finished.started[-1].args[1:] == ["-m", "sp_lightning.league.evaluator", process.spec_path]
+    child = _StandInProcess.started[-1]
+    assert child.args[1:] == ["-m", "sp_lightning.league.evaluator", "--serve"]
+    assert child.stdin.lines == [process.spec_path]
     spec = EvaluatorSpec.read(process.spec_path)
     assert process.spec_path.endswith("evaluations/ckpt-000006-step000004.json")
     assert [g["id"] for g in spec.games] == games and spec.agent == "ckpt-000006"
     assert (spec.gatekeepers, spec.seed, spec.games_per_match) == (["random_bot", "ckpt-000002", "ckpt-000004"], 99_004, 4)
+    assert process.poll() == {} and process.running, "no result yet: still playing"
 
     played = {"random_bot": GatekeeperResult(0.75, 0.5, 1.0, 6), "ckpt-000002": GatekeeperResult(0.5, 0.0, 1.0, 6)}
     EvaluatorResult("ckpt-000006", 4, {g: played for g in games}, seconds=3.0).write(
         process.spec_path.removesuffix(".json") + ".result.json")
     metrics = process.poll()
-    assert process.process is None and process.due(6)
+    assert not process.running and process.due(6)
     if len(games) == 1:
         assert metrics == {"league/eval/seconds": 3.0, "league/eval/win_rate_vs_random_bot": 0.75,
                            "league/eval/win_rate_vs_best": 0.5}
@@ -79,13 +112,91 @@ def test_a_tournament_plays_every_game_and_lands_as_metrics(tmp_path, monkeypatc
         assert events[-1] == ("ckpt-000006 vs ckpt-000002 in tictactoe_v1: win 0.500, payoff +0.000 over 6 games; "
                               "ratings updated")
 
+    process.start(6, _league(best="ckpt-000002"), _players(games))  # the next tournament: the same process
+    assert _StandInProcess.started[-1] is child and child.stdin.lines[-1].endswith("-step000006.json")
+    process.close()
+    assert child.stdin.closed and process.process is None
+
 
 def test_a_failed_tournament_is_said_and_logs_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _Finished)
+    """A tournament that failed (its ``.failed`` file) leaves the process serving the next one;
+    a process that ended is started again at the next tournament."""
+    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
     events = []
     process = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1, events.append)
-    process.start(2, _league(best=None), Players(PolicySettings(), [GameSettings(id="kuhn_poker_v1")],
-                                                 SamplingSettings(), {}))
-    _Finished.started[-1].code = 1
-    assert process.poll() == {} and process.process is None
-    assert events[-1].startswith("evaluator failed (exit 1); see ") and events[-1].endswith("-step000002.log")
+    process.start(2, _league(best=None), _players())
+    child = _StandInProcess.started[-1]
+    (tmp_path / "evaluations" / "ckpt-000006-step000002.failed").write_text("ValueError: no such adapter\n")
+    assert process.poll() == {} and not process.running
+    assert events[-1].startswith("evaluator failed (error); see ") and events[-1].endswith("-step000002.log")
+
+    process.start(4, _league(best=None), _players())
+    assert _StandInProcess.started[-1] is child, "the process serves the next tournament"
+    child.code = 1  # it died meanwhile
+    assert process.poll(wait=True) == {} and not process.running
+    assert events[-1].startswith("evaluator failed (exit 1); see ") and events[-1].endswith("-step000004.log")
+    process.start(6, _league(best=None), _players())
+    assert _StandInProcess.started[-1] is not child, "a new process for the next tournament"
+
+
+def test_a_resumed_run_does_not_read_the_result_its_killed_run_left(tmp_path, monkeypatch):
+    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
+    process = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1, lambda _: None)
+    left = tmp_path / "evaluations" / "ckpt-000006-step000002.result.json"
+    left.parent.mkdir()
+    EvaluatorResult("ckpt-000006", 2, {}).write(str(left))
+    process.start(2, _league(best=None), _players())
+    assert not left.exists() and process.poll() == {} and process.running
+
+
+class _ScriptedEvaluator:
+    """Stands in for ``evaluator.Evaluator``: a tournament whose agent is ``broken`` raises,
+    any other returns an empty result after printing a line."""
+
+    def run(self, spec):
+        print(f"playing {spec.agent}")
+        if spec.agent == "broken":
+            raise ValueError("no adapter in ckpt-broken")
+        return EvaluatorResult(spec.agent, spec.step)
+
+
+def test_the_evaluator_serves_spec_after_spec_and_a_failure_does_not_end_it(tmp_path):
+    paths = []
+    for agent in ("broken", "ckpt-000004"):
+        spec = EvaluatorSpec(policy={}, games=[], sampling={}, registry="league.json", agent=agent, gatekeepers=[],
+                             games_per_seat=1, games_per_match=1, seed=0, step=4, threads=1)
+        paths.append(str(tmp_path / f"{agent}.json"))
+        spec.write(paths[-1])
+    evaluator.serve([paths[0] + "\n", "\n", paths[1] + "\n"], _ScriptedEvaluator())
+    assert (tmp_path / "broken.failed").read_text() == "ValueError: no adapter in ckpt-broken\n"
+    log = (tmp_path / "broken.log").read_text()
+    assert log.startswith("playing broken\n") and "Traceback" in log and not (tmp_path / "broken.result.json").exists()
+    assert EvaluatorResult.read(str(tmp_path / "ckpt-000004.result.json")) == EvaluatorResult("ckpt-000004", 4)
+    assert (tmp_path / "ckpt-000004.log").read_text() == "playing ckpt-000004\n"
+    assert not list(tmp_path.glob("*.partial"))
+
+
+class _RecordingWorker:
+    """Stands in for the rollout worker: the adapter calls it gets."""
+
+    def __init__(self):
+        self.calls = []
+
+    def forget_adapter(self, name):
+        self.calls.append(("forget", name))
+
+    def register_adapter(self, name, path):
+        self.calls.append(("register", name))
+
+
+def test_an_adapter_is_loaded_again_only_when_its_files_change(tmp_path):
+    folder = tmp_path / "ckpt-000004"
+    folder.mkdir()
+    (folder / "adapter_model.safetensors").write_bytes(b"1")
+    served, worker = evaluator.Evaluator(), _RecordingWorker()
+    served._register(worker, "ckpt-000004", str(folder))
+    served._register(worker, "ckpt-000004", str(folder))  # the next tournament: already there
+    assert worker.calls == [("forget", "ckpt-000004"), ("register", "ckpt-000004")]
+    (folder / "adapter_model.safetensors").write_bytes(b"22")  # saved again under the same id
+    served._register(worker, "ckpt-000004", str(folder))
+    assert worker.calls[2:] == [("forget", "ckpt-000004"), ("register", "ckpt-000004")]

@@ -11,8 +11,9 @@ itself. Every step:
 2. the learner becomes a checkpoint when the schedule names the step (recent / anchor / elite),
    and recent checkpoints that left the window are pruned;
 3. every ``evaluator.every`` steps a tournament of the newest checkpoint against gatekeepers
-   starts in a separate process (it reads adapters from disk and writes the registry under its
-   lock), in every game of the run; earlier tournaments are logged once they finish;
+   starts in the evaluator's process (one for the run, kept between tournaments: it reads
+   adapters from disk and writes the registry under its lock), in every game of the run;
+   earlier tournaments are logged once they finish;
 4. the league's :class:`~sp_lightning.league.sampler.LeagueSampler` (which seats the training
    games) gets a fresh view;
 5. the learner's rating is logged beside the baselines and the best past checkpoint, with the win
@@ -86,9 +87,9 @@ class LeagueCallback(L.Callback):
         sets it): what an exploiter reset calls, since the step's weights were already sent."""
 
     @property
-    def process(self):
-        """The running background tournament's process (None: none), for whoever watches it."""
-        return self.evaluator.process
+    def evaluating(self) -> bool:
+        """Whether a background tournament is being played, for whoever watches it."""
+        return self.evaluator.running
 
     # ---- start --------------------------------------------------------------------------------
     def on_train_start(self, trainer, pl_module) -> None:
@@ -225,6 +226,7 @@ class LeagueCallback(L.Callback):
     # ---- end ----------------------------------------------------------------------------------
     def on_train_end(self, trainer, pl_module) -> None:
         metrics = self.evaluator.poll(wait=True)  # let the last tournament land in the registry
+        self.evaluator.close()
         if trainer.logger is not None and metrics:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
         self.sync.remove_copies()

@@ -1,12 +1,14 @@
 """The background evaluator as the trainer sees it: when a tournament starts, whom the newest
 checkpoint plays, the spec it is given, the process, and its result read back as metrics.
 
-The tournament itself runs in its own process (``python -m sp_lightning.league.evaluator``,
-``evaluator.py``) while training goes on: it reads the adapters from disk and records its games
-in the registry under the registry's lock. Its files live in ``<league dir>/evaluations/``:
-``<agent>-step<step>.json`` (the :class:`~sp_lightning.league.messages.EvaluatorSpec`),
-``.log`` (its output) and ``.result.json`` (the ``EvaluatorResult``). Only the lead starts one,
-and one at a time.
+The tournaments run in a process of their own (``python -m sp_lightning.league.evaluator
+--serve``, ``evaluator.py``), started at the run's first tournament and kept until training ends:
+each tournament is the path of its spec written to that process's standard input. It reads the
+adapters from disk and records its games in the registry under the registry's lock. Its files
+live in ``<league dir>/evaluations/``: ``<agent>-step<step>.json`` (the
+:class:`~sp_lightning.league.messages.EvaluatorSpec`), ``.log`` (the tournament's output),
+``.result.json`` (the ``EvaluatorResult``) or ``.failed`` (its error), and ``evaluator.log``
+(the process's own output). Only the lead starts one, and one tournament at a time.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -65,8 +68,8 @@ def gatekeepers(state: LeagueState, labels: list[str]) -> tuple[AgentRecord | No
 
 
 class EvaluatorProcess:
-    """At most one background tournament at a time; ``event`` says when one starts, fails or
-    lands."""
+    """At most one background tournament at a time, all of a run's in one process; ``event``
+    says when one starts, fails or lands."""
 
     def __init__(self, settings: EvaluatorSettings, league_dir: str, registry_path: str, games_per_match: int,
                  event: Callable[[str], None]):
@@ -75,18 +78,24 @@ class EvaluatorProcess:
         self.registry_path = registry_path
         self.games_per_match = games_per_match
         self.event = event
-        self.process: subprocess.Popen | None = None
-        self.spec_path: str | None = None
+        self.process: subprocess.Popen | None = None  # the evaluator's process, from the first tournament
+        self.spec_path: str | None = None  # the running tournament's spec (None: none running)
         self.labels: dict[str, str] = {}  # gatekeeper id -> its label (its chart) in the running tournament
         self.several = False  # whether the running tournament plays several games
 
+    @property
+    def running(self) -> bool:
+        """Whether a tournament is being played."""
+        return self.spec_path is not None
+
     def due(self, step: int) -> bool:
         """Whether a tournament starts at ``step`` (every ``evaluator.every`` steps, none running)."""
-        return bool(self.settings.every) and step % self.settings.every == 0 and self.process is None
+        return bool(self.settings.every) and step % self.settings.every == 0 and not self.running
 
     def start(self, step: int, state: LeagueState, players: Players) -> None:
         """The newest checkpoint of ``state`` against its gatekeepers, in every game of
-        ``players``, in a process of its own (nothing to play: nothing starts)."""
+        ``players``, handed to the evaluator's process (started now if none is running;
+        nothing to play: nothing starts)."""
         newest, labels = gatekeepers(state, self.settings.gatekeepers)
         if newest is None or not labels:
             return
@@ -97,26 +106,75 @@ class EvaluatorProcess:
                              games_per_match=self.games_per_match, seed=s.seed + step, step=step, threads=s.threads,
                              env_overrides=players.env_overrides or {})
         os.makedirs(self.folder, exist_ok=True)
-        self.spec_path = os.path.join(self.folder, f"{newest.id}-step{step:06d}.json")
-        spec.write(self.spec_path)
-        self.labels, self.several = labels, len(players.games) > 1
-        with open(self.spec_path.removesuffix(".json") + ".log", "w") as output:  # the child holds its own handle
-            self.process = subprocess.Popen([sys.executable, "-m", "sp_lightning.league.evaluator", self.spec_path],
-                                            stdout=output, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        spec_path = os.path.join(self.folder, f"{newest.id}-step{step:06d}.json")
+        spec.write(spec_path)
+        for stale in (".result.json", ".failed"):  # a resumed run plays this step's tournament again
+            if os.path.exists(self._file(spec_path, stale)):
+                os.remove(self._file(spec_path, stale))
+        self._send(spec_path)
+        self.spec_path, self.labels, self.several = spec_path, labels, len(players.games) > 1
         self.event(f"step {step}: evaluating {newest.id} against {', '.join(labels)}")
+
+    def _send(self, spec_path: str) -> None:
+        """The spec's path to the evaluator's process, started first if there is none or it has
+        ended (also if it ends while the path is written)."""
+        for attempt in range(2):
+            if self.process is None or self.process.poll() is not None:
+                with open(os.path.join(self.folder, "evaluator.log"), "a") as output:  # the child holds its own handle
+                    self.process = subprocess.Popen([sys.executable, "-m", "sp_lightning.league.evaluator", "--serve"],
+                                                    stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
+                                                    text=True, preexec_fn=die_with_parent)
+            try:
+                self.process.stdin.write(spec_path + "\n")
+                self.process.stdin.flush()
+                return
+            except OSError:  # it ended meanwhile (a broken pipe): once more with a new one
+                if attempt:
+                    raise
+                self.process.kill()
+                self.process.wait()
+                self.process = None
 
     def poll(self, wait: bool = False) -> dict[str, float]:
         """A finished tournament's metrics (its games are in the registry by then); nothing
         while it runs, unless ``wait``."""
-        if self.process is None or (not wait and self.process.poll() is None):
-            return {}
-        code = self.process.wait()
-        spec, self.process = self.spec_path, None
-        result_path = spec.removesuffix(".json") + ".result.json"
-        if code != 0 or not os.path.exists(result_path):
-            self.event(f"evaluator failed (exit {code}); see {spec.removesuffix('.json')}.log")
-            return {}
-        result = EvaluatorResult.read(result_path)
+        while self.running:
+            spec = self.spec_path
+            if os.path.exists(self._file(spec, ".result.json")):
+                self.spec_path = None
+                return self._metrics(EvaluatorResult.read(self._file(spec, ".result.json")))
+            ended = self.process.poll() is not None
+            if ended or os.path.exists(self._file(spec, ".failed")):
+                self.spec_path = None
+                why = f"exit {self.process.returncode}" if ended else "error"
+                self.event(f"evaluator failed ({why}); see {self._file(spec, '.log')}")
+                return {}
+            if not wait:
+                return {}
+            time.sleep(0.05)
+        return {}
+
+    def close(self) -> None:
+        """Training is over: the evaluator's process ends after its tournament (``poll(wait=True)``
+        first to have that tournament's result)."""
+        if self.process is not None:
+            self.process.stdin.close()  # no more specs: it exits
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def stop(self) -> None:
+        """Training failed: the evaluator's process (if any) is ended, its tournament with it."""
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+            self.process = None
+        self.spec_path = None
+
+    def _metrics(self, result: EvaluatorResult) -> dict[str, float]:
         for game, per_gatekeeper in result.results.items():
             where = f" in {game}" if self.several else ""
             for gatekeeper, r in per_gatekeeper.items():
@@ -124,7 +182,6 @@ class EvaluatorProcess:
                            f"payoff {r.payoff:+.3f} over {r.games} games; ratings updated")
         return league_metrics.evaluation(result, self.labels, self.several)
 
-    def stop(self) -> None:
-        """Training failed: the running tournament (if any) is ended."""
-        if self.process is not None:
-            self.process.terminate()
+    @staticmethod
+    def _file(spec_path: str, suffix: str) -> str:
+        return spec_path.removesuffix(".json") + suffix
