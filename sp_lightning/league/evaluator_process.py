@@ -140,10 +140,10 @@ class EvaluatorProcess:
         while it runs, unless ``wait``."""
         while self.running:
             spec = self.spec_path
+            ended = self.process.poll() is not None  # first: a result it wrote before it ended is read
             if os.path.exists(self._file(spec, ".result.json")):
                 self.spec_path = None
                 return self._metrics(EvaluatorResult.read(self._file(spec, ".result.json")))
-            ended = self.process.poll() is not None
             if ended or os.path.exists(self._file(spec, ".failed")):
                 self.spec_path = None
                 why = f"exit {self.process.returncode}" if ended else "error"
