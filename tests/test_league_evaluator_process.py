@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from sp_lightning.atomic_file import stray_temp_files
 from sp_lightning.games import GameSettings
 from sp_lightning.league import evaluator, evaluator_process
 from sp_lightning.league.evaluator_process import EvaluatorProcess, Players, gatekeepers
@@ -173,7 +174,7 @@ def test_the_evaluator_serves_spec_after_spec_and_a_failure_does_not_end_it(tmp_
     assert log.startswith("playing broken\n") and "Traceback" in log and not (tmp_path / "broken.result.json").exists()
     assert EvaluatorResult.read(str(tmp_path / "ckpt-000004.result.json")) == EvaluatorResult("ckpt-000004", 4)
     assert (tmp_path / "ckpt-000004.log").read_text() == "playing ckpt-000004\n"
-    assert not list(tmp_path.glob("*.partial"))
+    assert not stray_temp_files(tmp_path / "ckpt-000004.result.json") and not stray_temp_files(tmp_path / "broken.failed")
 
 
 class _RecordingWorker:

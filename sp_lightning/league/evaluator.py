@@ -7,7 +7,8 @@ standard input and plays them one after another, while training goes on. What to
 stays loaded between them: the imports, the base model (rebuilt from the policy settings,
 deterministic: adapter-only checkpoints depend on it) and the checkpoints' adapters (named peft
 adapters, loaded again when their files change). A process per tournament paid all of that each
-time: on the tiny model about 8 s of CPU, on a real model the base model's weights read again.
+time: on the tiny model 10.7 CPU s a tournament against 2.8 now (docs/benchmarks.md), on a real
+model the base model's weights read again.
 
 Each tournament plays every pairing in every game of its spec through
 ``sp_lightning.evaluation.matches.play`` with its own seeds (so a tournament's games depend on its
@@ -29,8 +30,8 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import asdict
 
+from sp_lightning.atomic_file import atomic_write
 from sp_lightning.league.messages import EvaluatorResult, EvaluatorSpec, GatekeeperResult
 
 
@@ -170,18 +171,10 @@ def serve(paths, evaluator: Evaluator | None = None) -> None:
                 result = evaluator.run(EvaluatorSpec.read(spec_path))
             except Exception as err:  # noqa: BLE001 (any failure is reported; the next one is served)
                 traceback.print_exc()
-                _write_whole(stem + ".failed", f"{type(err).__name__}: {err}\n")
+                with atomic_write(stem + ".failed", "w", durable=False) as failed:
+                    failed.write(f"{type(err).__name__}: {err}\n")
                 continue
-        _write_whole(stem + ".result.json", json.dumps(asdict(result)))
-
-
-def _write_whole(path: str, text: str) -> None:
-    """``text`` to ``path`` under another name first, then renamed: a reader polling for
-    ``path`` never sees it half written."""
-    partial = path + ".partial"
-    with open(partial, "w") as f:
-        f.write(text)
-    os.replace(partial, path)
+        result.write(stem + ".result.json")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -19,6 +19,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from sp_lightning.atomic_file import atomic_write
 from sp_lightning.league.registry import LeagueState
 
 
@@ -173,7 +174,9 @@ class EvaluatorResult:
     seconds: float = 0.0
 
     def write(self, path: str) -> None:
-        with open(path, "w") as f:
+        """Written whole, then renamed into place: the trainer polls for this file while the
+        evaluator's process lives on, and must never read it half written."""
+        with atomic_write(path, "w", durable=False) as f:
             json.dump(asdict(self), f)
 
     @classmethod
