@@ -14,7 +14,9 @@
 6. seconds per step with asynchronous collection against synchronous (bench_async_rollouts.py,
    Hugging Face backend; its vLLM variant runs in the vLLM environment, see its docstring);
 7. the bytes and milliseconds of one weight sync, trainer to rollout backend (bench_weight_sync.py),
-   and those of Qwen3-1.7B's LoRA, computed.
+   and those of Qwen3-1.7B's LoRA, computed;
+9. seconds to score a policy's whole Tic-Tac-Toe strategy (exploitability's 4,520 boards) against
+   the way it was scored before (bench_exploitability_scoring.py).
 
 ``bench_step_time.py --before <commit>`` (seconds per training step of this tree against an
 earlier commit, interleaved) needs a commit to compare with and is run by hand.
@@ -40,6 +42,7 @@ BENCHMARKS = {
     "5": ("peak memory of the default tiny run", ["bench_peak_memory.py"]),
     "6": ("seconds per step, asynchronous collection vs synchronous", ["bench_async_rollouts.py"]),
     "7": ("bytes and milliseconds of one weight sync", ["bench_weight_sync.py"]),
+    "9": ("scoring a whole Tic-Tac-Toe strategy", ["bench_exploitability_scoring.py"]),
 }
 
 

@@ -98,7 +98,7 @@ def test_quickstart_notebook_trains_and_the_win_rate_rises_above_the_untrained_p
 @pytest.mark.slow
 def test_play_notebook_plays_a_hand_against_the_checkpoint_and_two_checkpoints_play(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    nb = _run(NOTEBOOKS / "play_against_a_checkpoint.ipynb", tmp_path, parameters="STEPS = 50")  # a third of the run
+    nb = _run(NOTEBOOKS / "play_against_a_checkpoint.ipynb", tmp_path, parameters="STEPS = 10\nEARLY = 5")  # the mechanics, not the learning
     out = _outputs(nb)
     assert "'raise' is not a legal move; legal: [check] [bet]" in out  # refused, nothing changed
     assert "Game over: you" in out and "Result: player_0" in out  # the hand was played to its end
@@ -107,8 +107,8 @@ def test_play_notebook_plays_a_hand_against_the_checkpoint_and_two_checkpoints_p
     assert views.count("Your card:") == views.count("You are player 0")  # one card: its own
     assert "Tic-Tac-Toe. You are X." in out  # the same against a bot
     assert out.count("seats: player_0: checkpoint:") == 2  # one game with each checkpoint in each seat
-    late = re.search(r"step 50 vs step 25: 1000 games: win ([0-9.]+) \[([0-9.]+),", out)
-    assert late and "step 50 vs itself:  1000 games" in out
+    late = re.search(r"step 10 vs step 5: 1000 games: win ([0-9.]+) \[([0-9.]+),", out)
+    assert late and "step 10 vs itself:  1000 games" in out
 
 
 @pytest.mark.slow
