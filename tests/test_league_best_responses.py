@@ -126,10 +126,10 @@ def _fit(tmp_path, config, steps, *extra):
 def test_a_league_trains_against_its_best_responses_and_resumes_with_them(tmp_path, config, mixture):
     """Also the exploitability it logs on both games: the learner's figure always, the league
     mixture's where its computation exists (Kuhn Poker)."""
-    _fit(tmp_path, config, 4)
+    _fit(tmp_path, config, 3)
     league = json.load(open(tmp_path / "league" / "league.json"))["agents"]
     added = sorted(a for a, record in league.items() if record["type"] == "best_response")
-    assert added == ["br-000002", "br-000004"]
+    assert added == ["br-000002"]
     assert all(os.path.isfile(tmp_path / "league" / "best_responses" / f"{a}.json") for a in added)
     rows = _metrics(tmp_path)
     assert max(float(r.get("league/mix/best_response") or 0) for r in rows) > 0.5  # nine games in ten from step 3
@@ -138,9 +138,10 @@ def test_a_league_trains_against_its_best_responses_and_resumes_with_them(tmp_pa
     assert learner and all(0.0 <= value <= 1.0 for value in learner)
     assert any(r.get("league/exploitability/mixture") for r in rows) == mixture
 
-    _fit(tmp_path, config, 6, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))  # the run killed at step 4
+    # the run killed at step 3: resumed from its step-2 checkpoint, the table of step 2 seated again
+    _fit(tmp_path, config, 4, "--ckpt_path", str(tmp_path / "ckpt" / "last.ckpt"))
     league = json.load(open(tmp_path / "league" / "league.json"))["agents"]
-    assert sorted(a for a, r in league.items() if r["type"] == "best_response") == ["br-000002", "br-000004", "br-000006"]
+    assert sorted(a for a, r in league.items() if r["type"] == "best_response") == ["br-000002", "br-000004"]
     resumed = _metrics(tmp_path, newest=True)
     assert max(float(r.get("league/mix/best_response") or 0) for r in resumed) > 0.5  # the tables were seated again
 
