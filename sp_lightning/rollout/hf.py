@@ -75,8 +75,9 @@ the faster generation saves."""
 
 
 MIN_SHARED_PREFIX = 4
-"""Scoring computes the rows' common first tokens once when there are at least this many: below
-it the second forward pass costs more than it saves."""
+"""Scoring computes the rows' common first tokens once when there are at least this many: a few
+tokens are not worth a second forward pass and the cache copied to every row (a threshold
+chosen, not measured; Tic-Tac-Toe's prompts share 11)."""
 
 
 class HFRolloutWorker(RolloutWorker):
