@@ -13,8 +13,11 @@ PROMPT = [{"role": "user", "content": "Tic-Tac-Toe. You are X.\n[0] [1] [2]\n[3]
 MOVES = [f"[{i}]" for i in range(9)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def policy():
+    """A fresh policy for each test: the tests move its weights, and a model moved by every test
+    before grows activations large enough that float32's rounding differs from one process (or
+    thread count) to the next by more than the 1e-5 the scores are compared at."""
     return load_policy(PolicySettings(lora=LoraSettings(r=8, alpha=16, trainable_tokens=["moves"])))
 
 
@@ -204,6 +207,8 @@ def test_candidates_scored_on_shared_rows_are_each_candidates_own_forward(policy
     its tokens' logprobs): one-token moves, several-token texts with a common first token, a
     repeated and an empty candidate."""
     model, tok = policy
+    torch.manual_seed(0)
+    _perturb(model, 0.05)  # off its initial weights, so that the adapter is not the identity
     worker = HFRolloutWorker(model, tok, merge_learner=False)
     candidates = ["[4]", "[0]", "[4] [8]", "[4] [0]", "[8]", "[4]", ""]
     lengths = {len(tok.encode(t, add_special_tokens=False)) for t in candidates}
@@ -226,6 +231,8 @@ def test_a_batch_of_prompts_scores_each_prompt_as_its_own_forward(policy):
     ``max_batch_size``, their common beginning computed once) give each prompt's scores from a
     forward of its own, in the order asked."""
     model, tok = policy
+    torch.manual_seed(0)
+    _perturb(model, 0.05)
     worker = HFRolloutWorker(model, tok, max_batch_size=3)
     boards = ["X O X\n[3] O [5]\n[6] [7] [8]", "[0] [1] [2]\n[3] X [5]\n[6] [7] [8]", "X [1] [2]\n[3] O [5]\n[6] [7] X",
               "X O X\nO X O\n[6] [7] [8]", "[0] [1] [2]\n[3] [4] [5]\n[6] [7] [8]", "O [1] X\n[3] [4] [5]\n[6] X [8]",
@@ -233,12 +240,11 @@ def test_a_batch_of_prompts_scores_each_prompt_as_its_own_forward(policy):
     requests, candidates = [], []
     for board in boards:
         legal = [m for m in MOVES if m in board]
-        text = f"Tic-Tac-Toe. You are {'XO'[len(boards) % 2]}.\n{board}\nLegal moves: {' '.join(legal)}"
+        text = f"Tic-Tac-Toe. You are X.\n{board}\nLegal moves: {' '.join(legal)}"
         requests.append(ModelRequest("player_0", [{"role": "user", "content": text}], LEARNER))
         candidates.append(legal + ["[4] [8]"])
     assert len({len(p) for p in worker.encode_prompts([r.messages for r in requests])}) > 2
     together = worker.completion_logprobs(requests, candidates)
     alone = [worker.completion_logprobs([r], [c])[0] for r, c in zip(requests, candidates)]
     for got, want in zip(together, alone):
-        # float32's rounding grows with the value: the two-token candidate's logprob is about -44
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-6)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
