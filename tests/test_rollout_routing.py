@@ -201,6 +201,21 @@ def test_the_merged_copy_refreshed_in_place_equals_a_fresh_merge(trainable_token
     assert copy_.builds == 1 and copy_.refreshes == 3
 
 
+def test_a_merged_copy_first_made_under_inference_mode_is_refreshed_outside_it(policy):
+    """Lightning validates under ``torch.inference_mode``: when validation makes the first
+    learner-only call, the copy made then is refreshed by the next training rollout, outside it."""
+    model, tok = policy
+    plain = HFRolloutWorker(model, tok, merge_learner=False)
+    merged = HFRolloutWorker(model, tok, merge_learner=True)
+    with torch.inference_mode():
+        _generated_logprobs(merged, [LEARNER])
+    _perturb(model, 0.2, plain, merged)
+    ids_merged, lp_merged = _generated_logprobs(merged, [LEARNER] * 2)
+    ids_plain, lp_plain = _generated_logprobs(plain, [LEARNER] * 2)
+    assert merged._merged.builds == 1 and merged._merged.refreshes == 1 and ids_merged == ids_plain
+    torch.testing.assert_close(lp_merged, lp_plain, atol=1e-4, rtol=0)
+
+
 def test_candidates_scored_on_shared_rows_are_each_candidates_own_forward(policy):
     """``completion_logprobs`` scores a request's candidates that differ only in their last token
     on one row; each value is still what one forward of prompt + that candidate gives (the sum of

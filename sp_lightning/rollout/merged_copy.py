@@ -54,10 +54,14 @@ class MergedCopy:
 
     def _build(self) -> None:
         self.model = None  # the stale copy's memory goes before the new one is made
-        merged = copy.deepcopy(self.source)
-        for name in [n for n in merged.peft_config if n != LEARNER_ADAPTER]:  # league checkpoints
-            merged.delete_adapter(name)
-        self.model = merged.merge_and_unload().eval()
+        # a first learner-only call may come from Lightning's validation, which runs under
+        # inference mode: a copy made there would hold inference tensors, which the refresh after
+        # the next training step (outside it) may not write in place
+        with torch.inference_mode(False), torch.no_grad():
+            merged = copy.deepcopy(self.source)
+            for name in [n for n in merged.peft_config if n != LEARNER_ADAPTER]:  # league checkpoints
+                merged.delete_adapter(name)
+            self.model = merged.merge_and_unload().eval()
         self._refresh_steps = self._plan()
         self.builds += 1
 
