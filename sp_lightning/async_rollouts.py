@@ -323,7 +323,8 @@ class AsyncCollector:
     def next_batch(self, trainer_version: int) -> Batch:
         """The next queued batch, its records older than ``max_policy_lag`` versions behind
         ``trainer_version`` dropped (a batch left with none is skipped, unless it had none to
-        begin with), with the queue and lag metrics. Raises the producer's error if it failed.
+        begin with; imitation records are kept whatever their age), with the queue and lag
+        metrics (of the sampled records). Raises the producer's error if it failed.
         A partly dropped batch keeps its rollouts and their metrics, and its kept records the
         advantages computed with the dropped ones."""
         self.start()
@@ -334,8 +335,10 @@ class AsyncCollector:
             with self.baton.lent():  # the producer plays while this thread waits
                 batch = self._get()
             waited += time.perf_counter() - start
-            lags = [trainer_version - r.policy_version for r in batch.records]
-            kept = [r for r, lag in zip(batch.records, lags) if lag <= self.max_policy_lag]
+            # the bound is on moves sampled from the learner; a teacher's moves to imitate are
+            # labels drawn from a buffer of the whole run (sp_lightning.imitation): of any age
+            lags = [trainer_version - r.policy_version for r in batch.records if not r.imitation]
+            kept = [r for r in batch.records if r.imitation or trainer_version - r.policy_version <= self.max_policy_lag]
             self.dropped_records += len(batch.records) - len(kept)
             if batch.records and not kept:
                 self.dropped_batches += 1

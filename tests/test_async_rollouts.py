@@ -94,6 +94,34 @@ def test_records_older_than_the_lag_bound_are_dropped_and_counted():
     assert collector.thread is None and not collector.baton.held_here()
 
 
+def test_imitation_records_are_kept_whatever_their_age():
+    """A teacher's moves to imitate (an imitation learner's, a warm start's) are labels drawn
+    from a buffer of the whole run, not samples of the learner at a version: the lag bound drops
+    the learner's stale moves beside them, never them, and the lag metrics are the sampled ones'."""
+    from sp_lightning.types import TrainingRecord
+
+    def with_a_label(batch):  # what Imitation.apply adds to each batch (no version stamped)
+        batch.records.append(TrainingRecord([1, 2], [3], [0.0], 0.0, 0.0, [1], imitation=True))
+        return batch
+
+    game = GameSettings(id="tictactoe_v1", opponents={"learner": 0.5, "bot:random": 0.5})
+    arenas = []
+    collector = AsyncCollector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1, max_policy_lag=1),
+                               lambda: with_a_label(arenas[0].step(seeded_rng(0, 0, arenas[0].steps_done))))
+    arenas.append(Arena(collector.worker, SamplingSettings(), bots=make_bots(0),
+                        source=GameMix([game], FixedMix()), episodes_per_batch=4))
+    collector.start()
+    try:
+        _wait_for(lambda: collector.queue.full(), collector.baton)
+        _stepped(collector.worker, 3)
+        batch = collector.next_batch(trainer_version=3)
+        assert collector.dropped_batches == 0 and collector.dropped_records > 0
+        assert [r.imitation for r in batch.records] == [True], "the stale sampled moves dropped, the label kept"
+        assert batch.metrics["rollout/policy_lag/dropped"] == 1.0 and "rollout/policy_lag_mean" not in batch.metrics
+    finally:
+        collector.stop()
+
+
 def test_records_within_the_lag_bound_are_served_with_their_lag_histogram():
     collector, worker, _ = _collector(VersionStampingWorker(), AsyncRolloutSettings(queue_size=1, max_policy_lag=2))
     collector.start()
