@@ -114,12 +114,13 @@ def describe_rollout(rollout: Rollout, max_chars: int = 160, indent: str = "") -
 
 def decoded_record(record: TrainingRecord, tokenizer=None) -> dict:
     """A record as text (ids where there is no tokenizer), with its mask, reward and advantage, the
-    learner it trains, the moves the game allowed and whether the game refused it: what a log of
-    records read as a teacher (``imitation.LoggedMoves``) needs."""
+    learner it trains, the moves the game allowed, whether the game refused it and whether it is
+    a teacher's move imitated: what a log of records read as a teacher (``imitation.LoggedMoves``)
+    needs (it takes neither a refused move nor one that was itself imitated)."""
     def text(ids):
         return tokenizer.decode(ids) if tokenizer is not None else " ".join(map(str, ids))
 
     return {"prompt": text(record.prompt_ids), "completion": text(record.completion_ids),
             "action_mask": list(record.action_mask), "reward": record.reward,
             "advantage": record.advantage, "policy_version": record.policy_version, "learner": record.learner,
-            "legal_actions": record.legal_actions, "invalid_move": record.invalid_move}
+            "legal_actions": record.legal_actions, "invalid_move": record.invalid_move, "imitation": record.imitation}

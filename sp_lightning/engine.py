@@ -338,8 +338,8 @@ class Engine:
         matches = self.online.matches(index) if self.online is not None else []
         batch = self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
                                 side_episodes=[request for match in matches for request in match.requests()],
-                                side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
-        self.imitation.apply(batch, index)  # the imitation learners' records: their teachers' moves
+                                side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None,
+                                finish=lambda played: self.imitation.apply(played, index))  # the teachers' moves
         return batch
 
     def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:

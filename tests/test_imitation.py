@@ -329,6 +329,32 @@ def test_a_resumed_fit_continues_the_buffer_and_both_learners_exactly(tmp_path):
     assert any(adapter_of("student") in key for key in theirs["state_dict"])
 
 
+@pytest.mark.slow  # a fit
+def test_the_episode_logs_records_are_what_each_step_trained_on(tmp_path, tokenizer):
+    """``data.episode_log.records`` is written once the batch is complete: each step's records as
+    trained (the student's imitated moves flagged ``imitation``; its own moves, which it does not
+    train on, absent). Read back as a teacher, only the moves played and trained by policy
+    gradient are taken, never those that were themselves imitated."""
+    from tests.helpers import fit_batches
+
+    records = tmp_path / "records.jsonl"
+    _, batches = fit_batches(os.path.join(CONFIGS, "tictactoe_tiny.yaml"), tmp_path, 2, *RANDOM_STUDENT,
+                             "--data.eval.held_out", "[]", "--data.episode_log.path", str(tmp_path / "episodes.log"),
+                             "--data.episode_log.records", str(records))
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(rows) == sum(len(batch.records) for batch in batches)
+    for index, batch in enumerate(batches):
+        logged = [(row["learner"], row["imitation"], row["completion"]) for row in rows if row["batch"] == index]
+        assert logged == [(r.learner, r.imitation, tokenizer.decode(r.completion_ids)) for r in batch.records]
+    assert {(row["learner"], row["imitation"]) for row in rows} == {("main", False), ("student", True)}
+    played = sum(1 for row in rows if not row["imitation"] and not row["invalid_move"])
+    if played:  # (the untrained main learner's moves are mostly invalid: maybe all)
+        assert len(LoggedMoves(LoggedGames(str(records)), tokenizer, 4, "k").once()) == played
+    else:  # the student's rows are valid moves, and still not taken
+        with pytest.raises(ValueError, match="holds no valid move to imitate"):
+            LoggedMoves(LoggedGames(str(records)), tokenizer, 4, "k").once()
+
+
 def test_validation_reports_the_exploitability_of_the_best_response_and_of_the_average():
     module, dm = build_from_config("--config", os.path.join(CONFIGS, "kuhn_poker_tiny.yaml"), *NFSP,
                                    "--data.eval.exploitability", "true", "--data.eval.games", "8")
