@@ -7,6 +7,9 @@ two tournaments in one process in the league notebook's), and the evaluator's ow
 
 from __future__ import annotations
 
+import logging
+import os
+
 import pytest
 
 from sp_lightning.atomic_file import stray_temp_files
@@ -91,19 +94,20 @@ def test_a_tournament_plays_every_game_and_lands_as_metrics(tmp_path, monkeypatc
     process.start(4, _league(best="ckpt-000002"), _players(games))
     assert not process.due(6), "one tournament at a time"
     child = _StandInProcess.started[-1]
-    assert child.args[1:] == ["-m", "sp_lightning.league.evaluator", "--serve"]
+    assert child.args[1:] == ["-m", "sp_lightning.league.evaluator", "--serve", "--parent", str(os.getpid())]
     assert child.stdin.lines == [process.spec_path]
     spec = EvaluatorSpec.read(process.spec_path)
     assert process.spec_path.endswith("evaluations/ckpt-000006-step000004.json")
     assert [g["id"] for g in spec.games] == games and spec.agent == "ckpt-000006"
     assert (spec.gatekeepers, spec.seed, spec.games_per_match) == (["random_bot", "ckpt-000002", "ckpt-000004"], 99_004, 4)
     assert process.poll() == {} and process.running, "no result yet: still playing"
+    assert process.in_play == {"ckpt-000006", "random_bot", "ckpt-000002", "ckpt-000004"}  # adapters kept
 
     played = {"random_bot": GatekeeperResult(0.75, 0.5, 1.0, 6), "ckpt-000002": GatekeeperResult(0.5, 0.0, 1.0, 6)}
     EvaluatorResult("ckpt-000006", 4, {g: played for g in games}, seconds=3.0).write(
         process.spec_path.removesuffix(".json") + ".result.json")
     metrics = process.poll()
-    assert not process.running and process.due(6)
+    assert not process.running and process.due(6) and process.in_play == set()
     if len(games) == 1:
         assert metrics == {"league/eval/seconds": 3.0, "league/eval/win_rate_vs_random_bot": 0.75,
                            "league/eval/win_rate_vs_best": 0.5}
@@ -123,13 +127,19 @@ def test_a_failed_tournament_is_said_and_logs_nothing(tmp_path, monkeypatch):
     """A tournament that failed (its ``.failed`` file) leaves the process serving the next one;
     a process that ended is started again at the next tournament."""
     monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
-    events = []
-    process = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1, events.append)
+    events, levels = [], []
+
+    def said(text, level=logging.INFO):
+        events.append(text)
+        levels.append(level)
+
+    process = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1, said)
     process.start(2, _league(best=None), _players())
     child = _StandInProcess.started[-1]
     (tmp_path / "evaluations" / "ckpt-000006-step000002.failed").write_text("ValueError: no such adapter\n")
     assert process.poll() == {} and not process.running
     assert events[-1].startswith("evaluator failed (error); see ") and events[-1].endswith("-step000002.log")
+    assert levels[-1] == logging.WARNING and levels[0] == logging.INFO, "a failure is a warning, a start is not"
 
     process.start(4, _league(best=None), _players())
     assert _StandInProcess.started[-1] is child, "the process serves the next tournament"
@@ -159,6 +169,20 @@ class _ScriptedEvaluator:
         if spec.agent == "broken":
             raise ValueError("no adapter in ckpt-broken")
         return EvaluatorResult(spec.agent, spec.step)
+
+
+def test_an_evaluator_whose_trainer_has_already_ended_exits_at_once():
+    """The process ends with its trainer (Linux's parent-death signal, set in the process itself);
+    one started by a trainer that ended before it set the signal exits at once, naming it."""
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-m", "sp_lightning.league.evaluator", "--serve", "--parent", "1"],
+                          input="", capture_output=True, text=True, timeout=60)
+    assert gone.returncode == 1 and "the trainer (pid 1) ended before its evaluator started" in gone.stderr
+    bad = subprocess.run([sys.executable, "-m", "sp_lightning.league.evaluator", "--serve", "--parent", "x"],
+                         input="", capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and bad.stderr.startswith("usage: ")
 
 
 def test_the_evaluator_serves_spec_after_spec_and_a_failure_does_not_end_it(tmp_path):

@@ -54,6 +54,11 @@ def test_the_schedule_promotes_prunes_and_deletes_adapters_once_no_checkpoint_na
     store.delete_pruned()
     assert not (adapters / "ckpt-000002").exists() and (adapters / "ckpt-000004").is_dir()  # pruned at step 8
     assert any("ckpt-000002 left the league" in e for e in events)
+    store.saved(8)  # ckpt-000004, pruned at 8, is a gatekeeper of the tournament being played
+    store.delete_pruned(in_play={"ckpt-000008", "ckpt-000004", "random_bot"})
+    assert (adapters / "ckpt-000004").is_dir(), "its adapter is read when it first plays: kept"
+    store.delete_pruned()
+    assert not (adapters / "ckpt-000004").exists(), "deleted once the tournament is over"
 
 
 def test_the_league_comes_back_from_its_state_dict_and_a_fresh_run_refuses_its_directory(tmp_path):

@@ -152,7 +152,7 @@ class LeagueCallback(L.Callback):
         exploiter_metrics, succeeded, resets = store.exploiter_step(step, report.exploiter_results)
         metrics.update(exploiter_metrics)
         promoted += self._promote_exploiters(pl_module, step, succeeded)
-        store.delete_pruned()
+        store.delete_pruned(in_play=self.evaluator.in_play)
         evaluated = self.evaluator.poll()
         metrics.update(evaluated)
         if self.evaluator.due(step):
@@ -235,9 +235,11 @@ class LeagueCallback(L.Callback):
         self.evaluator.stop()
         self.sync.remove_copies()
 
-    def _event(self, text: str) -> None:
-        """A change in the league: logged, and written to TensorBoard as ``league/events``."""
-        log.info("league: %s", text)
+    def _event(self, text: str, level: int = logging.INFO) -> None:
+        """A change in the league: logged (at ``level``: a failure is a warning, which shows
+        where Python's default logging shows nothing below it), and written to TensorBoard as
+        ``league/events``."""
+        log.log(level, "league: %s", text)
         experiment = getattr(getattr(self._trainer, "logger", None), "experiment", None)
         if hasattr(experiment, "add_text"):
             experiment.add_text("league/events", text, global_step=self._trainer.global_step)

@@ -2,8 +2,8 @@
 
 It runs as its own process, started by the league's callback
 (``evaluator_process.EvaluatorProcess``) at a run's first tournament and kept for the run:
-``python -m sp_lightning.league.evaluator --serve`` reads the path of one spec per line on its
-standard input and plays them one after another, while training goes on. What tournaments share
+``python -m sp_lightning.league.evaluator --serve --parent PID`` reads the path of one spec per line
+on its standard input and plays them one after another, while training goes on. What tournaments share
 stays loaded between them: the imports, the base model (rebuilt from the policy settings,
 deterministic: adapter-only checkpoints depend on it) and the checkpoints' adapters (named peft
 adapters, loaded again when their files change). A process per tournament paid all of that each
@@ -35,13 +35,18 @@ from sp_lightning.atomic_file import atomic_write
 from sp_lightning.league.messages import EvaluatorResult, EvaluatorSpec, GatekeeperResult
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Linux: end this process when the trainer dies (even by SIGKILL), so that an orphaned
-    evaluator never writes into a league that a resumed run has restored."""
+    evaluator never writes into a league that a resumed run has restored. Called first thing in
+    the evaluator's own process (not as ``Popen``'s ``preexec_fn``: between fork and exec, a child
+    of a trainer with threads must not load a library); ``parent``, the trainer's pid: a trainer
+    that died before this ran ends it now."""
     try:
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+    if parent is not None and os.getppid() != parent:
+        raise SystemExit(f"the trainer (pid {parent}) ended before its evaluator started")
 
 
 class Evaluator:
@@ -54,7 +59,7 @@ class Evaluator:
 
     def run(self, spec: EvaluatorSpec) -> EvaluatorResult:
         """The tournament of ``spec``: the agent against each gatekeeper still in the league, in
-        each game (imports here: the trainer imports this module for ``die_with_parent`` alone)."""
+        each game (imports here: the trainer's side imports only the messages)."""
         import torch
 
         from sp_lightning.league.registry import LeagueRegistry
@@ -177,13 +182,19 @@ def serve(paths, evaluator: Evaluator | None = None) -> None:
         result.write(stem + ".result.json")
 
 
+USAGE = "usage: python -m sp_lightning.league.evaluator SPEC.json | --serve [--parent PID] (spec paths on stdin)"
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--serve"]:
+    if argv[:1] == ["--serve"]:
+        if len(argv) not in (1, 3) or (len(argv) == 3 and (argv[1] != "--parent" or not argv[2].isdigit())):
+            raise SystemExit(USAGE)
+        die_with_parent(int(argv[2]) if len(argv) == 3 else None)
         serve(sys.stdin)
         return
     if len(argv) != 1 or argv[0].startswith("-"):
-        raise SystemExit("usage: python -m sp_lightning.league.evaluator SPEC.json | --serve (spec paths on stdin)")
+        raise SystemExit(USAGE)
     run(EvaluatorSpec.read(argv[0])).write(argv[0].removesuffix(".json") + ".result.json")
 
 

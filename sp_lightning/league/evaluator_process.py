@@ -13,6 +13,7 @@ live in ``<league dir>/evaluations/``: ``<agent>-step<step>.json`` (the
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -22,7 +23,6 @@ from dataclasses import asdict, dataclass
 
 from sp_lightning.games import GameSettings
 from sp_lightning.league import metrics as league_metrics
-from sp_lightning.league.evaluator import die_with_parent
 from sp_lightning.league.messages import EvaluatorResult, EvaluatorSpec
 from sp_lightning.league.registry import AgentRecord, LeagueState
 from sp_lightning.league.settings import EvaluatorSettings
@@ -69,10 +69,10 @@ def gatekeepers(state: LeagueState, labels: list[str]) -> tuple[AgentRecord | No
 
 class EvaluatorProcess:
     """At most one background tournament at a time, all of a run's in one process; ``event``
-    says when one starts, fails or lands."""
+    says when one starts, fails (with ``logging.WARNING`` as its second argument) or lands."""
 
     def __init__(self, settings: EvaluatorSettings, league_dir: str, registry_path: str, games_per_match: int,
-                 event: Callable[[str], None]):
+                 event: Callable[..., None]):
         self.settings = settings
         self.folder = os.path.join(league_dir, "evaluations")
         self.registry_path = registry_path
@@ -81,12 +81,19 @@ class EvaluatorProcess:
         self.process: subprocess.Popen | None = None  # the evaluator's process, from the first tournament
         self.spec_path: str | None = None  # the running tournament's spec (None: none running)
         self.labels: dict[str, str] = {}  # gatekeeper id -> its label (its chart) in the running tournament
+        self.agent: str | None = None  # the running tournament's evaluated checkpoint
         self.several = False  # whether the running tournament plays several games
 
     @property
     def running(self) -> bool:
         """Whether a tournament is being played."""
         return self.spec_path is not None
+
+    @property
+    def in_play(self) -> set[str]:
+        """The agents of the running tournament (none when none runs): their adapters are read
+        when they first play, so they must stay on disk until it ends."""
+        return {self.agent, *self.labels} if self.running else set()
 
     def due(self, step: int) -> bool:
         """Whether a tournament starts at ``step`` (every ``evaluator.every`` steps, none running)."""
@@ -112,7 +119,7 @@ class EvaluatorProcess:
             if os.path.exists(self._file(spec_path, stale)):
                 os.remove(self._file(spec_path, stale))
         self._send(spec_path)
-        self.spec_path, self.labels, self.several = spec_path, labels, len(players.games) > 1
+        self.spec_path, self.agent, self.labels, self.several = spec_path, newest.id, labels, len(players.games) > 1
         self.event(f"step {step}: evaluating {newest.id} against {', '.join(labels)}")
 
     def _send(self, spec_path: str) -> None:
@@ -121,9 +128,10 @@ class EvaluatorProcess:
         for attempt in range(2):
             if self.process is None or self.process.poll() is not None:
                 with open(os.path.join(self.folder, "evaluator.log"), "a") as output:  # the child holds its own handle
-                    self.process = subprocess.Popen([sys.executable, "-m", "sp_lightning.league.evaluator", "--serve"],
+                    self.process = subprocess.Popen([sys.executable, "-m", "sp_lightning.league.evaluator", "--serve",
+                                                     "--parent", str(os.getpid())],  # it ends with this process
                                                     stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
-                                                    text=True, preexec_fn=die_with_parent)
+                                                    text=True)
             try:
                 self.process.stdin.write(spec_path + "\n")
                 self.process.stdin.flush()
@@ -147,7 +155,7 @@ class EvaluatorProcess:
             if ended or os.path.exists(self._file(spec, ".failed")):
                 self.spec_path = None
                 why = f"exit {self.process.returncode}" if ended else "error"
-                self.event(f"evaluator failed ({why}); see {self._file(spec, '.log')}")
+                self.event(f"evaluator failed ({why}); see {self._file(spec, '.log')}", logging.WARNING)
                 return {}
             if not wait:
                 return {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sp_lightning.evaluation.exploitability import ExploitabilityResult
@@ -190,12 +190,14 @@ class LeagueStore:
         return [BestResponse.from_table(a.id, best_responses.load_table(best_responses.table_path(self.dir, a.id)))
                 for a in state.agents.values() if a.type == best_responses.AGENT_TYPE]
 
-    def delete_pruned(self) -> None:
+    def delete_pruned(self, in_play: Collection[str] = ()) -> None:
         """Adapters pruned at or before the last written Lightning checkpoint are no longer
-        named by any checkpoint a run could resume from."""
+        named by any checkpoint a run could resume from; those of agents ``in_play`` (the
+        background tournament's, which loads each when it first plays it) wait for a later call.
+        An adapter's folder is named by its agent's id."""
         keep = []
         for pruned_at, path in self.pruned:
-            if pruned_at <= self.saved_step:
+            if pruned_at <= self.saved_step and os.path.basename(os.path.normpath(path)) not in in_play:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 keep.append((pruned_at, path))
