@@ -88,6 +88,9 @@ class Arena:
         self.stores: dict[str, ArtifactStore] = {}
         self.steps_done = 0
         self.last_play = PlayStats()
+        self.finish_batch: Callable[[Batch, int], None] | None = None
+        """Called by :meth:`step` with each built batch and its index, before the batch is logged
+        and returned: the engine's imitation records (``Imitation.apply``) join it there."""
         """How the last ``play`` went (generate calls, requests, retries, episodes in flight)."""
 
     # ---- registries ---------------------------------------------------------------------------
@@ -175,17 +178,16 @@ class Arena:
 
     def step(self, rng: random.Random | None = None, size: int | None = None,
              side_episodes: Sequence[EpisodeRequest] = (),
-             side_metrics: Callable[[list[Rollout]], dict[str, float]] | None = None,
-             finish: Callable[[Batch], None] | None = None) -> Batch:
+             side_metrics: Callable[[list[Rollout]], dict[str, float]] | None = None) -> Batch:
         """One batch, the arena's one entry point for it: ``get_batch`` (from ``rng``, default
         batch ``steps_done``'s own stream), played, credited and built, then shown to ``observe``.
 
         ``side_episodes`` are played in the same run (their model calls share the batch's
         generate calls), as never trained on, and returned as ``batch.side_rollouts``: they give
         no records, and neither credit nor ``observe`` sees them (the engine's online evaluation
-        games); ``side_metrics`` of them join the batch's metrics. ``finish`` completes the batch
-        before it is logged (the engine's imitation records), so that the episode log's records are
-        what training gets."""
+        games); ``side_metrics`` of them join the batch's metrics. ``finish_batch`` (if set)
+        completes the batch before it is logged, so that the episode log's records are what
+        training gets."""
         rng = rng if rng is not None else seeded_rng(self.seed, 0, self.steps_done)
         if self.episode_log is not None:
             self.episode_log.start_batch(self.steps_done)
@@ -204,8 +206,8 @@ class Arena:
         if side_metrics is not None:
             batch.metrics.update(side_metrics(batch.side_rollouts))
         self.observe(batch.rollouts)
-        if finish is not None:
-            finish(batch)
+        if self.finish_batch is not None:
+            self.finish_batch(batch, self.steps_done)
         if self.episode_log is not None:
             self.episode_log.batch(batch)
         self.steps_done += 1

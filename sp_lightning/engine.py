@@ -318,6 +318,8 @@ class Engine:
                                    rank, settings.warm_start, bots=self.arena.bots,
                                    serve=lambda policy: self.served(str(policy)))
         install_seat_mixes(settings.source, self.learners, self.imitation, lambda: self.batches_played)
+        if self.imitation:  # each batch's imitation records: their teachers' moves, before it is logged
+            self.arena.finish_batch = self.imitation.apply
 
     # ---- batches ----------------------------------------------------------------------------
     def next_batch(self) -> Batch:
@@ -338,8 +340,7 @@ class Engine:
         matches = self.online.matches(index) if self.online is not None else []
         batch = self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
                                 side_episodes=[request for match in matches for request in match.requests()],
-                                side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None,
-                                finish=lambda played: self.imitation.apply(played, index))  # the teachers' moves
+                                side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
         return batch
 
     def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:
