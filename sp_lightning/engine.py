@@ -318,8 +318,9 @@ class Engine:
                                    rank, settings.warm_start, bots=self.arena.bots,
                                    serve=lambda policy: self.served(str(policy)))
         install_seat_mixes(settings.source, self.learners, self.imitation, lambda: self.batches_played)
+        self._finished: Batch | None = None  # the last batch the arena's step completed (finish_batch)
         if self.imitation:  # each batch's imitation records: their teachers' moves, before it is logged
-            self.arena.finish_batch = self.imitation.apply
+            self.arena.finish_batch = self._finish_batch
 
     # ---- batches ----------------------------------------------------------------------------
     def next_batch(self) -> Batch:
@@ -341,7 +342,13 @@ class Engine:
         batch = self.arena.step(seeded_rng(self.seed, self.rank, batch=index),
                                 side_episodes=[request for match in matches for request in match.requests()],
                                 side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
+        if self.imitation and self._finished is not batch:  # a custom arena's own step, without the hook
+            self.imitation.apply(batch, index)
         return batch
+
+    def _finish_batch(self, batch: Batch, index: int) -> None:
+        self.imitation.apply(batch, index)
+        self._finished = batch
 
     def run(self, steps: int, show: int = 0, out=None) -> list[dict[str, float]]:
         """``steps`` batches played and printed without training (``sp-lightning rollout``), as

@@ -195,3 +195,31 @@ def test_a_custom_arena_trains_through_fit_unchanged(tmp_path):
                for b in batches for r in b.rollouts)
     assert all(b.records for b in batches)
     assert CurriculumArena.calls == ["startup", "train_start", "observe 3", "observe 4", "train_end", "shutdown"]
+
+
+class OwnStepArena(Arena):
+    """A custom arena with a ``step`` of its own (it builds the batch from the base class's parts
+    and never calls ``finish_batch``)."""
+
+    def step(self, rng=None, size=None, side_episodes=(), side_metrics=None):
+        requests = self.get_batch(rng, size or self.episodes_per_batch)
+        batch = self.build_training_batch(self.play([r.episode for r in requests], [r.seed for r in requests]))
+        self.steps_done += 1
+        return batch
+
+
+@pytest.mark.slow
+def test_an_arena_with_its_own_step_still_gets_the_imitation_records(tmp_path):
+    """The engine completes a batch through ``Arena.finish_batch`` (before the episode log sees
+    it); an arena whose ``step`` does not call it gets the imitation learners' records all the same."""
+    import json
+
+    learners = {"main": {"roles": ["*"]}, "student": {"imitate": {"teacher": "bot:random", "size": 40, "batch": 8}}}
+    _, batches = fit_batches("configs/tictactoe_tiny.yaml", tmp_path, 2, "--model.learners", json.dumps(learners),
+                             "--data.episodes_per_batch", "6", "--data.eval.held_out", "[]",
+                             "--data.arena", f'{{"class_path": "{__name__}.OwnStepArena"}}')
+    for batch in batches:
+        student = [r for r in batch.records if r.learner == "student"]
+        assert len(student) == 8 and all(r.imitation for r in student)
+        assert batch.metrics["imitation/student/new_moves"] > 0
+
