@@ -88,10 +88,10 @@ class Arena:
         self.stores: dict[str, ArtifactStore] = {}
         self.steps_done = 0
         self.last_play = PlayStats()
+        """How the last ``play`` went (generate calls, requests, retries, episodes in flight)."""
         self.finish_batch: Callable[[Batch, int], None] | None = None
         """Called by :meth:`step` with each built batch and its index, before the batch is logged
         and returned: the engine's imitation records (``Imitation.apply``) join it there."""
-        """How the last ``play`` went (generate calls, requests, retries, episodes in flight)."""
 
     # ---- registries ---------------------------------------------------------------------------
     def add_role(self, role: Role) -> Role:

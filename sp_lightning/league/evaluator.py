@@ -188,9 +188,10 @@ USAGE = "usage: python -m sp_lightning.league.evaluator SPEC.json | --serve [--p
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
-        if len(argv) not in (1, 3) or (len(argv) == 3 and (argv[1] != "--parent" or not argv[2].isdigit())):
+        parent = argv[1:]  # [] or ["--parent", PID]
+        if parent and not (len(parent) == 2 and parent[0] == "--parent" and parent[1].isdigit()):
             raise SystemExit(USAGE)
-        die_with_parent(int(argv[2]) if len(argv) == 3 else None)
+        die_with_parent(int(parent[1]) if parent else None)
         serve(sys.stdin)
         return
     if len(argv) != 1 or argv[0].startswith("-"):
