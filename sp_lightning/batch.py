@@ -29,6 +29,9 @@ class Batch:
     policy_lags: list[int] | None = None
     """Each record's policy lag when it reached the trainer (asynchronous collection sets it,
     dropped records included; the TensorBoard callback draws its histogram)."""
+    index: int | None = None
+    """Its place in the run's stream of training batches (0 first; a resumed run continues the
+    count), set by the engine that played it: what "the first N batches" of a warm start counts."""
 
 
 def to_records(rollouts: Sequence[Rollout]) -> list[TrainingRecord]:

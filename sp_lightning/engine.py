@@ -344,6 +344,7 @@ class Engine:
                                 side_metrics=(lambda rollouts: online_metrics(matches, rollouts)) if matches else None)
         if self.imitation and self._finished is not batch:  # a custom arena's own step, without the hook
             self.imitation.apply(batch, index)
+        batch.index = index
         return batch
 
     def _finish_batch(self, batch: Batch, index: int) -> None:

@@ -164,8 +164,8 @@ class TeacherMoves:
             legal = tuple(step.info["legal_actions"]) if step.info.get("legal_actions") else None
             if c.completion_ids:
                 moves.append((tuple(c.prompt_ids), tuple(c.completion_ids), legal))
-            else:  # a bot: its move tokenised as the learner would answer it
-                moves.append((tuple(next(prompts)), self._answer(c.text), legal))
+            else:  # a bot: its move as the game's template has a model answer it, tokenised
+                moves.append((tuple(next(prompts)), self._answer(step.info.get("answer", c.text)), legal))
         return moves
 
     def once(self) -> list[Move]:
@@ -461,7 +461,13 @@ class WarmStartCheckpoint(L.Callback):
     """Writes ``warm_start.ckpt`` once the warm start's ``steps`` training steps are done, into the
     folder of the run's first ``ModelCheckpoint`` (else ``<default_root_dir>/checkpoints``): the
     policy the teacher gave, kept to be evaluated beside the result (and resumable like any
-    checkpoint of the run). Installed by the DataModule with ``data.warm_start``."""
+    checkpoint of the run). Installed by the DataModule with ``data.warm_start``.
+
+    The warm start is the stream's first ``steps`` batches, as the data side counts them
+    (:class:`Imitation`); so is this: at the end of the training step on batch ``steps - 1``
+    (``Batch.index``, which a resumed run continues; Lightning's ``batch_idx`` starts again at 0).
+    ``global_step`` would not do: a batch whose optimizer step was skipped (a non-finite loss) is
+    not counted there, and the file would have held a self-play step."""
 
     FILENAME = "warm_start.ckpt"
 
@@ -469,7 +475,8 @@ class WarmStartCheckpoint(L.Callback):
         self.steps = steps
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.global_step == self.steps:
+        trained = pl_module.last_batch
+        if trained is not None and trained.index == self.steps - 1:
             trainer.save_checkpoint(self.path(trainer), weights_only=False)  # whole: a run can resume from it
 
     @classmethod

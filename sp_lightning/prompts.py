@@ -8,7 +8,9 @@ A template does one job from both ends, so the two ends cannot drift apart:
   ``action_text`` is what goes to the env, which then applies its own ``parse_move`` (the LAST
   ``[...]`` token, see ``envs.base``); None there is an invalid move, never a crash.
   ``well_formed`` says whether the answer followed the template's format (the format reward);
-  ``reason`` is a short note on why, for logs and tests.
+  ``reason`` is a short note on why, for logs and tests;
+- ``answer(move)`` writes a move as the shortest well-formed answer, which ``parse`` reads back
+  to it: a bot's bare move where a model learns to imitate it.
 
 Each template states its one parse rule in its class docstring. A parser never raises, on any
 str or on anything else (a non-str gives ``action_text=None``).
@@ -82,6 +84,13 @@ class PromptTemplate(ABC):
     def parse(self, completion_text: str) -> ParseResult:
         """The action for the env and whether the answer was well formed; never raises."""
 
+    def answer(self, move: str) -> str:
+        """The shortest well-formed answer that plays ``move`` (a move token, ``[4]``): how a bot's
+        bare move is written where a model learns from it (imitating a bot, ``imitation``), so
+        that :meth:`parse` reads it back to the move. Here the move itself; a template whose
+        format wraps the move says how."""
+        return move
+
     def __repr__(self) -> str:
         name = type(self).__name__
         return f"{name}(system_prompt={self.system_prompt!r}, instruction={self.instruction!r})"
@@ -151,6 +160,10 @@ class ReasoningTemplate(PromptTemplate):
         if self.require_think and not closed:
             return ParseResult(boxed, False, "no </think> before the answer")
         return ParseResult(boxed, True, "ok")
+
+    def answer(self, move: str) -> str:
+        """An empty thinking block, then the boxed move (a bot has no reasoning to imitate)."""
+        return f"{THINK_OPEN}\n\n{THINK_CLOSE}\n\n{BOX_OPEN}{move}}}"
 
 
 def last_boxed(text: str) -> str | None:

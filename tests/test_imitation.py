@@ -89,6 +89,31 @@ def test_a_bots_move_is_tokenised_on_the_prompt_its_seat_was_shown(tokenizer):
     assert roomy[0][1][-1] == tokenizer.eos_token_id, "the end of turn is said where the budget has room"
 
 
+def test_a_bot_teachers_moves_are_imitated_as_the_games_template_has_a_model_answer(tokenizer):
+    """A bot answers a bare move (``[4]``), which the ``reasoning`` template's parser refuses (it
+    reads ``\\boxed{[4]}`` after the thinking): imitating the bare move would teach the learner
+    invalid moves. Each move is imitated as the game's template has a model answer it: every
+    imitation record of a warm start on that template reads back, by the template, to a legal
+    move, well formed."""
+    from sp_lightning.prompts import make_template
+
+    games = [{"id": "tictactoe_v1", "template": "reasoning", "opponents": {"bot:random": 1.0}}]
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM,
+                                   "--data.games", json.dumps(games), "--data.episodes_per_batch", "4",
+                                   "--data.sampling.max_new_tokens", "32")
+    engine = dm.build_engine(module)
+    engine.start()
+    try:
+        records = [r for r in engine.next_batch().records if r.imitation]
+    finally:
+        engine.close()
+    assert records
+    template = make_template("reasoning")
+    for record in records:
+        parsed = template.parse(tokenizer.decode(record.completion_ids, skip_special_tokens=True))
+        assert parsed.well_formed and parsed.action_text in record.legal_actions, parsed
+
+
 def test_a_learner_teachers_own_tokens_are_imitated_in_nested_episodes_that_train(tokenizer):
     played = Completion("x", prompt_ids=[5, 6], completion_ids=[7, 8], policy=MAIN)
     child = Rollout("sub", steps=[Step("a", played)])
@@ -409,6 +434,51 @@ def test_a_warm_start_imitates_the_teacher_in_the_learners_seats_then_self_play_
     assert any(not torch.equal(v, before[k]) for k, v in fresh.state_dict().items()), "it holds what was imitated"
 
 
+class _NaNAtBatch(L.Callback):
+    """Fault injection into the real module: the training batch numbered ``at`` (0-based) gets a
+    NaN loss (its optimizer step is skipped, as for any non-finite loss), and the trainable
+    weights are noted at the end of every batch."""
+
+    def __init__(self, monkeypatch, at: int):
+        from sp_lightning.policy_forward import PolicyForward
+
+        self.at, self.batch, self.weights = at, -1, []
+        original, injector = PolicyForward.__call__, self
+
+        def forward(policy_forward, batch, disable_adapter=False, hidden=False):
+            logprobs, logits, final = original(policy_forward, batch, disable_adapter, hidden)
+            if injector.batch == injector.at and not disable_adapter:
+                logprobs = logprobs * float("nan")
+            return logprobs, logits, final
+
+        monkeypatch.setattr(PolicyForward, "__call__", forward)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self.batch = batch_idx
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.weights.append({k: v.detach().clone() for k, v in pl_module.state_dict().items()})
+
+
+@pytest.mark.slow  # a fit
+def test_the_warm_start_checkpoint_is_its_last_batchs_even_when_a_step_was_skipped(tmp_path, monkeypatch):
+    """The warm start is its first ``steps`` batches (the data side counts them): a warm-start
+    batch whose optimizer step is skipped (a non-finite loss) still counts, so
+    ``warm_start.ckpt`` holds the weights after the third batch, not after a self-play step."""
+    module, dm = build_from_config("--config", os.path.join(CONFIGS, "tictactoe_tiny.yaml"), *WARM)
+    nan = _NaNAtBatch(monkeypatch, at=1)
+    kept = _Batches()
+    trainer = make_trainer(max_steps=4, limit_val_batches=0, logger=False, default_root_dir=str(tmp_path),
+                           callbacks=[nan, kept], enable_progress_bar=False)
+    trainer.fit(module, datamodule=dm)
+    assert all(r.imitation for b in kept.batches[:3] for r in b.records)
+    assert not any(r.imitation for r in kept.batches[3].records), "batch 3 is self-play"
+    state = torch.load(tmp_path / "checkpoints" / "warm_start.ckpt", weights_only=False)
+    assert state["global_step"] == 2, "two optimizer steps in the three warm-start batches"
+    assert all(torch.equal(v, nan.weights[2][k]) for k, v in state["state_dict"].items())
+    assert any(not torch.equal(v, nan.weights[3][k]) for k, v in state["state_dict"].items())
+
+
 @pytest.mark.slow  # a fit
 def test_a_fit_resumed_during_its_warm_start_continues_it_exactly(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
@@ -419,7 +489,10 @@ def test_a_fit_resumed_during_its_warm_start_continues_it_exactly(tmp_path):
     theirs = torch.load(straight / "ckpt" / "last.ckpt", weights_only=False)
     for key, value in theirs["state_dict"].items():
         assert torch.equal(ours["state_dict"][key], value), key
-    assert (resumed / "ckpt" / "warm_start.ckpt").exists()
+    warm = [torch.load(root / "ckpt" / "warm_start.ckpt", weights_only=False) for root in (resumed, straight)]
+    assert warm[0]["global_step"] == warm[1]["global_step"] == 3
+    for key, value in warm[1]["state_dict"].items():
+        assert torch.equal(warm[0]["state_dict"][key], value), f"the resumed run's warm start ends elsewhere: {key}"
 
 
 @pytest.mark.parametrize("warm_start, extra, message", [

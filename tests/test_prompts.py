@@ -235,3 +235,11 @@ def test_format_reward_with_invalid_move_penalty():
                       outcome={"player_0": 1.0, "player_1": -1.0})
     Rubric(step=[(format_reward, 0.5), (invalid_move, 2.0)]).score(rollout)
     assert [s.reward for s in rollout.steps] == [0.5, -2.0, 0.0]
+
+
+@pytest.mark.parametrize("name, kwargs", [("plain", {}), ("reasoning", {}), ("reasoning", {"require_think": False})])
+@pytest.mark.parametrize("move", ["[4]", "[b2]", "[Bet]", "[A PAR - BUR]"])
+def test_a_templates_answer_to_a_move_parses_back_to_that_move_well_formed(name, kwargs, move):
+    """What imitating a bot trains a model to write (``answer``) is what the template reads as the move."""
+    template = make_template(name, **kwargs)
+    assert template.parse(template.answer(move)) == ParseResult(move, True, "ok")

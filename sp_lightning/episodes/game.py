@@ -116,8 +116,9 @@ class GameEpisode(Episode):
                     info={"invalid_move": bool(after.get("invalid_move", False)),
                           "parsed_move": after.get("parsed_move"), "legal_actions": legal,
                           "well_formed": parsed.well_formed, "parse": parsed.reason})
-        if not self.seats[agent].is_model:  # the prompt a model would have had: what imitating the bot reads
-            step.info["messages"] = request.messages
+        if not self.seats[agent].is_model:  # what imitating the bot reads: the prompt a model would have
+            # had, and the bot's move as this template has a model answer it
+            step.info["messages"], step.info["answer"] = request.messages, self.template.answer(completion.text)
         if branches is not None:
             step.info[CONTINUATIONS] = await self._branch(ctx, agent, branches, env, branching, branch_rng, turns)
         return step, None
