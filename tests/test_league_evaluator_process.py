@@ -150,6 +150,26 @@ def test_a_failed_tournament_is_said_and_logs_nothing(tmp_path, monkeypatch):
     assert _StandInProcess.started[-1] is not child, "a new process for the next tournament"
 
 
+def test_the_end_of_training_waits_for_a_tournament_at_most_final_wait_then_stops_it(tmp_path, monkeypatch):
+    """A tournament that never ends (a hung process) cannot hold the end of a run: after
+    ``final_wait`` seconds the process is stopped and a warning says so, naming the setting."""
+    import time
+
+    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
+    events = []
+    process = EvaluatorProcess(EvaluatorSettings(every=2, final_wait=0.3), str(tmp_path), "league.json", 1,
+                               lambda text, level=logging.INFO: events.append((text, level)))
+    process.start(2, _league(best=None), _players())
+    child = _StandInProcess.started[-1]
+    start = time.monotonic()
+    assert process.poll(wait=True, timeout=process.settings.final_wait) == {}
+    assert 0.3 <= time.monotonic() - start < 5
+    assert not process.running and process.process is None and child.code == -15, "stopped"
+    text, level = events[-1]
+    assert level == logging.WARNING and text.startswith("the tournament of ckpt-000006 still ran after 0.3 s "
+                                                        "(evaluator.final_wait): stopped, its games not rated")
+
+
 def test_a_resumed_run_does_not_read_the_result_its_killed_run_left(tmp_path, monkeypatch):
     monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
     process = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1, lambda _: None)

@@ -225,7 +225,10 @@ class LeagueCallback(L.Callback):
 
     # ---- end ----------------------------------------------------------------------------------
     def on_train_end(self, trainer, pl_module) -> None:
-        metrics = self.evaluator.poll(wait=True)  # let the last tournament land in the registry
+        wait = self.settings.evaluator.final_wait
+        if self.evaluator.running:  # said, so that a run that has not ended yet says why
+            self._event(f"waiting for the tournament of {self.evaluator.agent} (at most {wait:g} s)")
+        metrics = self.evaluator.poll(wait=True, timeout=wait)  # the last tournament lands in the registry
         self.evaluator.close()
         if trainer.logger is not None and metrics:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)

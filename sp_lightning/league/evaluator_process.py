@@ -143,9 +143,11 @@ class EvaluatorProcess:
                 self.process.wait()
                 self.process = None
 
-    def poll(self, wait: bool = False) -> dict[str, float]:
+    def poll(self, wait: bool = False, timeout: float | None = None) -> dict[str, float]:
         """A finished tournament's metrics (its games are in the registry by then); nothing
-        while it runs, unless ``wait``."""
+        while it runs, unless ``wait``: then until it ends, or for at most ``timeout`` seconds,
+        after which it is stopped (a hung or slow tournament cannot hold the end of a run)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while self.running:
             spec = self.spec_path
             ended = self.process.poll() is not None  # first: a result it wrote before it ended is read
@@ -158,6 +160,11 @@ class EvaluatorProcess:
                 self.event(f"evaluator failed ({why}); see {self._file(spec, '.log')}", logging.WARNING)
                 return {}
             if not wait:
+                return {}
+            if deadline is not None and time.monotonic() > deadline:
+                self.event(f"the tournament of {self.agent} still ran after {timeout:g} s (evaluator.final_wait): "
+                           f"stopped, its games not rated; see {self._file(spec, '.log')}", logging.WARNING)
+                self.stop()
                 return {}
             time.sleep(0.05)
         return {}

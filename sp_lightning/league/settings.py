@@ -78,6 +78,9 @@ class EvaluatorSettings:
     threads: int = 1
     """Torch threads of the evaluator process."""
     seed: int = 99_000
+    final_wait: float = 900.0
+    """Seconds the end of training waits for a tournament still being played (its result is
+    rated and logged); after that the evaluator is stopped, with a warning, and its games are not rated."""
 
 
 @dataclass
