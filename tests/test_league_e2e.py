@@ -52,7 +52,13 @@ def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
     ckpt = torch.load(last, weights_only=False)
     killed_at = ckpt["global_step"]
     assert 6 <= killed_at < 40
-    league_state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("LeagueCallback"))["registry"]
+    callback_state = next(v for k, v in ckpt["callbacks"].items() if k.startswith("LeagueCallback"))
+    league_state = callback_state["registry"]
+    # a tournament starts every 4 steps and its process takes seconds to start: one was being
+    # played when the checkpoint (every 2 steps) was written, its games not in that league
+    evaluating = callback_state["evaluator"]
+    assert evaluating and evaluating["spec"].endswith(".json")
+    evaluated_at = int(evaluating["spec"].removesuffix(".json").rsplit("-step", 1)[1])
     matchmaker = ckpt["SelfPlayDataModule"]["opponents"]["matchmaker"]["bucket_counts"]
     assert sum(matchmaker.values()) == EPISODES * killed_at
 
@@ -64,8 +70,10 @@ def test_league_run_killed_with_sigkill_resumes_with_the_same_league(tmp_path):
     assert sum(counts.values()) == EPISODES * end, "the matchmaker's statistics continued, not restarted"
 
     final = LeagueRegistry(tmp_path / "league" / "league.json").read()
-    before = [m for m in final.matches if m.step is not None and m.step <= killed_at]
+    replayed = [m for m in final.matches if m.source == "eval" and m.step == evaluated_at]
+    before = [m for m in final.matches if m.step is not None and m.step <= killed_at and m not in replayed]
     assert [m.to_dict() for m in before] == [m for m in league_state["matches"]], "the league as checkpointed"
+    assert replayed, "the tournament being played at the checkpoint was played again by the resumed run"
     # exactly the checkpoints the schedule names: recent (every 2, last 4 steps), anchors (every 6), elites
     expected = {s for s in range(2, end + 1, 2) if end - s < 4} | {s for s in range(6, end + 1, 6)}
     elites = {a.step for a in final.agents.values() if "elite" in a.tags}

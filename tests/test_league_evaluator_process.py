@@ -180,6 +180,41 @@ def test_a_resumed_run_does_not_read_the_result_its_killed_run_left(tmp_path, mo
     assert not left.exists() and process.poll() == {} and process.running
 
 
+def test_a_tournament_running_at_the_checkpoint_is_played_again_by_the_resumed_run(tmp_path, monkeypatch):
+    """The checkpoint's league does not hold the games of a tournament still being played when it
+    was saved (the killed run's evaluator may have rated them after): the resumed run plays the
+    same spec again, its result (a stale one removed) read with the labels it had."""
+    monkeypatch.setattr(evaluator_process.subprocess, "Popen", _StandInProcess)
+    events = []
+    killed = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1,
+                              lambda text, level=logging.INFO: events.append(text))
+    assert killed.state_dict() == {}, "nothing running: nothing to play again"
+    killed.start(2, _league(best="ckpt-000002"), _players(("kuhn_poker_v1", "tictactoe_v1")))
+    state = killed.state_dict()
+    spec = tmp_path / "evaluations" / "ckpt-000006-step000002.json"
+    EvaluatorResult("ckpt-000006", 2, {}).write(str(spec.with_suffix(".result.json")))  # rated after the checkpoint
+
+    resumed = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1,
+                               lambda text, level=logging.INFO: events.append(text))
+    resumed.resume(state)
+    child = _StandInProcess.started[-1]
+    assert child is not _StandInProcess.started[0] and child.stdin.lines == [str(spec)]
+    assert resumed.running and resumed.in_play == killed.in_play and not spec.with_suffix(".result.json").exists()
+    assert events[-1].startswith("evaluating ckpt-000006 against random_bot, ckpt-000002, ckpt-000004 again")
+    result = EvaluatorResult("ckpt-000006", 2, {"kuhn_poker_v1": {"ckpt-000002": GatekeeperResult(0.5, 0.1, 0.0, 8)}})
+    result.write(str(spec.with_suffix(".result.json")))
+    assert resumed.poll()["league/eval/kuhn_poker_v1/win_rate_vs_best"] == 0.5, "the label it had: best"
+
+    off = EvaluatorProcess(EvaluatorSettings(every=0), str(tmp_path), "league.json", 1, lambda *_: None)
+    off.resume(state)
+    assert not off.running, "an evaluator switched off on resume plays nothing"
+    spec.unlink()
+    gone = EvaluatorProcess(EvaluatorSettings(every=2), str(tmp_path), "league.json", 1,
+                            lambda text, level=logging.INFO: events.append((text, level)))
+    gone.resume(state)
+    assert not gone.running and events[-1][1] == logging.WARNING and "is gone" in events[-1][0]
+
+
 class _ScriptedEvaluator:
     """Stands in for ``evaluator.Evaluator``: a tournament whose agent is ``broken`` raises,
     any other returns an empty result after printing a line."""

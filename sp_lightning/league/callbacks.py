@@ -30,8 +30,9 @@ passes between them across ranks and processes.
 
 Resume: the registry's content is saved in the Lightning checkpoint and written back on resume,
 so a killed run continues with the league as it was at its last checkpoint (the matchmaker's
-state travels with the datamodule's). Adapters of pruned checkpoints are deleted only once a
-Lightning checkpoint that no longer names them has been written.
+state travels with the datamodule's); a background tournament being played at the checkpoint
+(its games not yet in that league) is played again. Adapters of pruned checkpoints are deleted
+only once a Lightning checkpoint that no longer names them has been written.
 
 Several data-parallel ranks: rank 0 (the lead) alone owns the league on disk. Every step each
 rank hands the lead its games, the lead records them all, promotes, prunes, evaluates, and sends
@@ -82,6 +83,7 @@ class LeagueCallback(L.Callback):
         self.engine: Engine | None = None  # the run's engine, from when training starts
         self.main = ""  # the main agent's learner name ("" the one unnamed learner), set at start
         self._trainer = None  # for the events' step and logger
+        self._evaluating: dict[str, Any] = {}  # the tournament a resumed checkpoint was playing
         self.resend_weights = None
         """The weight path's ``send(module, version)`` (``sp_lightning.weight_sync``; the DataModule
         sets it): what an exploiter reset calls, since the step's weights were already sent."""
@@ -104,6 +106,8 @@ class LeagueCallback(L.Callback):
         self.sync.attach(self.engine.worker, lead=trainer.global_rank == 0)
         self.sampler.adapter_slots = self.engine.worker.adapter_slots  # its batches fit the backend
         news = self.sync.start(self._start_news() if self.sync.lead else None)
+        if self.sync.lead:  # after the restore, which takes the league back to the checkpoint's
+            self.evaluator.resume(self._evaluating)
         self.sync.serve_league(news)
         self._seat(news.best_responses)
         self._refresh(news.league)
@@ -116,10 +120,11 @@ class LeagueCallback(L.Callback):
 
     # ---- the Lightning checkpoint ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return self.store.state_dict()
+        return {**self.store.state_dict(), "evaluator": self.evaluator.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.store.load_state_dict(state)
+        self._evaluating = state.get("evaluator", {})  # played again once the league is restored
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         self.store.saved(trainer.global_step)

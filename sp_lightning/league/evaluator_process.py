@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from sp_lightning.games import GameSettings
 from sp_lightning.league import metrics as league_metrics
@@ -115,12 +116,39 @@ class EvaluatorProcess:
         os.makedirs(self.folder, exist_ok=True)
         spec_path = os.path.join(self.folder, f"{newest.id}-step{step:06d}.json")
         spec.write(spec_path)
+        self._play(spec_path, newest.id, labels, len(players.games) > 1)
+        self.event(f"step {step}: evaluating {newest.id} against {', '.join(labels)}")
+
+    def _play(self, spec_path: str, agent: str, labels: dict[str, str], several: bool) -> None:
+        """The tournament of ``spec_path`` sent to the process, and followed from now on."""
         for stale in (".result.json", ".failed"):  # a resumed run plays this step's tournament again
             if os.path.exists(self._file(spec_path, stale)):
                 os.remove(self._file(spec_path, stale))
         self._send(spec_path)
-        self.spec_path, self.agent, self.labels, self.several = spec_path, newest.id, labels, len(players.games) > 1
-        self.event(f"step {step}: evaluating {newest.id} against {', '.join(labels)}")
+        self.spec_path, self.agent, self.labels, self.several = spec_path, agent, labels, several
+
+    # ---- a resumed run ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The tournament being played (nothing when none is), for the run's checkpoint: its
+        games were not in the league the checkpoint saved, so a run resumed from it plays it again."""
+        if not self.running:
+            return {}
+        return {"spec": os.path.basename(self.spec_path), "agent": self.agent, "labels": dict(self.labels),
+                "several": self.several}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """The tournament a checkpoint's :meth:`state_dict` says was being played, played again
+        (the same spec: the same games); none where the evaluator is now off."""
+        if not state or not self.settings.every:
+            return
+        spec_path = os.path.join(self.folder, state["spec"])
+        if not os.path.exists(spec_path):
+            self.event(f"the tournament of {state['agent']} running at the checkpoint is not played again: "
+                       f"{spec_path} is gone", logging.WARNING)
+            return
+        self._play(spec_path, state["agent"], dict(state["labels"]), bool(state["several"]))
+        self.event(f"evaluating {state['agent']} against {', '.join(state['labels'])} again: its tournament "
+                   f"was being played at the checkpoint")
 
     def _send(self, spec_path: str) -> None:
         """The spec's path to the evaluator's process, started first if there is none or it has
