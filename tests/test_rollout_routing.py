@@ -1,6 +1,8 @@
 """Policy routing in the HF worker: learner, base (adapter off) and saved checkpoints as named
 peft adapters, mixed in one batch (peft's adapter_names), with an LRU cap on adapters held at once."""
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 
@@ -29,6 +31,21 @@ def _perturb(model, scale, *workers):
                 p.add_(torch.randn_like(p) * scale)
     for worker in workers:
         send_weights(worker, model)
+
+
+def _plain_scores(model, tok, messages, candidates) -> list[float]:
+    """Each candidate's logprob after the prompt from one forward of prompt + candidate, in eval mode."""
+    from sp_lightning.rollout.chat import encode_chat
+
+    prompt, scores = encode_chat(tok, messages), []
+    model.eval()
+    with torch.no_grad():
+        for text in candidates:
+            ids = tok.encode(text, add_special_tokens=False)
+            logits = model(input_ids=torch.tensor([prompt + ids])).logits[0].float()
+            logprobs = torch.log_softmax(logits[len(prompt) - 1:-1], dim=-1)
+            scores.append(float(logprobs.gather(-1, torch.tensor(ids).unsqueeze(-1)).sum()))
+    return scores
 
 
 def _scores(worker, policy_ref):
@@ -241,14 +258,21 @@ def test_candidates_scored_on_shared_rows_are_each_candidates_own_forward(policy
     assert got[0] == got[5] and got[6] == 0.0
 
 
-def test_a_batch_of_prompts_scores_each_prompt_as_its_own_forward(policy):
+@pytest.mark.parametrize("served", ["learner", "learner-unmerged", "base", "checkpoint"])
+def test_a_batch_of_prompts_scores_each_prompt_as_its_own_forward(policy, served, tmp_path):
     """Many prompts in one ``completion_logprobs`` call (sorted by length into calls of
     ``max_batch_size``, their common beginning computed once) give each prompt's scores from a
-    forward of its own, in the order asked."""
+    forward of its own, in the order asked: for every policy a worker serves (the learner from
+    its merged copy or through peft, the base model with the adapter off, a saved checkpoint)."""
     model, tok = policy
     torch.manual_seed(0)
     _perturb(model, 0.05)
-    worker = HFRolloutWorker(model, tok, max_batch_size=3)
+    worker = HFRolloutWorker(model, tok, max_batch_size=3, merge_learner=served != "learner-unmerged")
+    ref = {"base": PolicyRef("base"), "checkpoint": PolicyRef("checkpoint", "saved")}.get(served, LEARNER)
+    if served == "checkpoint":  # saved, then the learner moves on: the rows must be the checkpoint's
+        model.save_pretrained(tmp_path / "saved", selected_adapters=["default"])
+        worker.register_adapter("saved", str(tmp_path / "saved"))
+        _perturb(model, 0.05, worker)
     boards = ["X O X\n[3] O [5]\n[6] [7] [8]", "[0] [1] [2]\n[3] X [5]\n[6] [7] [8]", "X [1] [2]\n[3] O [5]\n[6] [7] X",
               "X O X\nO X O\n[6] [7] [8]", "[0] [1] [2]\n[3] [4] [5]\n[6] [7] [8]", "O [1] X\n[3] [4] [5]\n[6] X [8]",
               "X O [2]\n[3] [4] [5]\n[6] [7] [8]"]
@@ -256,10 +280,18 @@ def test_a_batch_of_prompts_scores_each_prompt_as_its_own_forward(policy):
     for board in boards:
         legal = [m for m in MOVES if m in board]
         text = f"Tic-Tac-Toe. You are X.\n{board}\nLegal moves: {' '.join(legal)}"
-        requests.append(ModelRequest("player_0", [{"role": "user", "content": text}], LEARNER))
+        requests.append(ModelRequest("player_0", [{"role": "user", "content": text}], ref))
         candidates.append(legal + ["[4] [8]"])
     assert len({len(p) for p in worker.encode_prompts([r.messages for r in requests])}) > 2
     together = worker.completion_logprobs(requests, candidates)
     alone = [worker.completion_logprobs([r], [c])[0] for r, c in zip(requests, candidates)]
     for got, want in zip(together, alone):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    # and a request's scores are those of a plain forward of the model as that policy, one per candidate
+    if served == "checkpoint":
+        model.load_adapter(str(tmp_path / "saved"), adapter_name="plain")
+        model.set_adapter("plain")
+    with model.disable_adapter() if served == "base" else nullcontext():
+        plain = _plain_scores(model, tok, requests[0].messages, candidates[0])
+    # the merged copy's weights are the adapter's folded in: equal within 1e-4, not 1e-5
+    torch.testing.assert_close(alone[0], plain, atol=1e-4 if served == "learner" else 1e-5, rtol=0)
