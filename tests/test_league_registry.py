@@ -170,7 +170,7 @@ def test_an_agent_in_several_seats_is_rated_once_by_its_mean_score_and_mirror_pl
 # -- processes ---------------------------------------------------------------------------------
 
 AGENTS = ["a0", "a1", "a2", "a3"]
-WORKERS, UPDATES = 8, 100  # 800 transactions by 8 writers at once, each rewriting the whole file
+WORKERS, UPDATES = 8, 50  # 400 transactions by 8 writers at once, each rewriting the whole file
 
 
 def pair(worker):
@@ -178,7 +178,7 @@ def pair(worker):
 
 
 def _record_many(path, worker):
-    # durable=False skips only the two fsyncs (half the time of the 800 transactions on a VM
+    # durable=False skips only the two fsyncs (half the time of the transactions on a VM
     # disk); the locking and the atomic rename under test are the same code either way
     reg = LeagueRegistry(path, max_history=5000, durable=False)
     for i in range(UPDATES):
