@@ -119,9 +119,10 @@ class PolicyUpdate:
                 for _ in range(fillers[name]):
                     self._filler_pass(name, counts[name].imitating)
         # the gradients summed over the ranks once per pass (a rank with fewer or no
-        # micro-batches did fewer or no backward passes: the one collective follows them)
-        heads = list(host.value_heads.parameters()) if host.value_heads is not None else []
-        distributed.sum_gradients([p for p in host.model.parameters() if p.requires_grad] + heads)
+        # micro-batches did fewer or no backward passes: the one collective follows them), the
+        # active learners' only: the others keep no gradient, as on one process, so AdamW leaves
+        # them be (a zero gradient would move them by their momentum and weight decay)
+        distributed.sum_gradients(list({id(p): p for name in active for p in host.trainable(name)}.values()))
         stepping = {}
         for name in active:
             pass_totals[name] = distributed.sum_metrics(pass_totals[name])

@@ -31,15 +31,17 @@ from sp_lightning.types import PolicyKind
 class RecordedRecordsArena(Arena):
     """Every batch is the records pickled at ``records`` (a list of TrainingRecord), split over the
     ranks by ``shares`` (one list of record indices per rank; default every world_size-th record
-    from the rank's own). ``nonfinite_rank``'s records get a NaN advantage."""
+    from the rank's own). ``nonfinite_rank``'s records get a NaN advantage. ``learner_by_step``:
+    batch k's records are all learner ``learner_by_step[k]``'s (the last name for later batches)."""
 
     def __init__(self, records: str = "", shares: list[list[int]] | None = None,
-                 nonfinite_rank: int | None = None, **arena_arguments):
+                 nonfinite_rank: int | None = None, learner_by_step: list[str] | None = None, **arena_arguments):
         super().__init__(**arena_arguments)
         with open(records, "rb") as f:
             self.recorded = pickle.load(f)
         self.shares = shares
         self.nonfinite_rank = nonfinite_rank
+        self.learner_by_step = learner_by_step
 
     def step(self, rng=None, size=None, side_episodes=(), side_metrics=None) -> Batch:
         rank, world = distributed.rank(), distributed.world_size()
@@ -47,6 +49,9 @@ class RecordedRecordsArena(Arena):
         records = [self.recorded[i] for i in indices]
         if rank == self.nonfinite_rank:
             records = [_replace(r, advantage=math.nan) for r in records]
+        if self.learner_by_step:
+            learner = self.learner_by_step[min(self.steps_done, len(self.learner_by_step) - 1)]
+            records = [_replace(r, learner=learner) for r in records]
         self.steps_done += 1
         return Batch(records=records, rollouts=[], metrics={"rollout/records": float(len(records))})
 
@@ -87,6 +92,7 @@ class RankRecorder(L.Callback):
         games = [[(agent, str(policy)) for agent, policy in sorted(r.seats.items())]
                  + [s.completion.text for s in r.steps] for r in batch.rollouts]  # what each seat answered
         line = {"step": trainer.global_step, "weights": digest(trainable), "records": len(batch.records),
+                "learner_weights": {name: digest(pl_module.trainable(name)) for name in pl_module.learners.names},
                 "games": hashlib.sha256(json.dumps(games).encode()).hexdigest()[:16] if games else None,
                 "game_count": len(games), "seats": [[str(p) for _, p in sorted(r.seats.items())] for r in batch.rollouts],
                 "sharded": pl_module.sharded,

@@ -207,6 +207,23 @@ def test_a_rank_with_no_records_takes_part_and_nobody_waits(tmp_path, recorded, 
     assert [line["weights"] for line in _lines(pair, 0)] == [line["weights"] for line in _lines(pair, 1)]
 
 
+def test_a_learner_without_records_in_a_step_is_not_moved_by_its_optimizer_state(tmp_path, recorded):
+    """Two learners with AdamW and weight decay: ``b`` trains in step 1, only ``a`` in step 2.
+    As on one process, ``b`` has no gradient in step 2 on either rank, so AdamW leaves it as it
+    was (a zero gradient from the ranks' sum would move it by its momentum and the decay)."""
+    path, _ = recorded
+    learners = {"a": {"roles": ["*"]}, "b": {"roles": []}}
+    extra = _replay(path)
+    extra["data"]["arena"]["init_args"]["learner_by_step"] = ["b", "a"]
+    extra["model"].update(learners=learners, optimizer={"weight_decay": 0.1})
+    _fit("kuhn_poker_tiny.yaml", tmp_path, 2, extra, "--trainer.max_steps", "2", fork=True)
+    for rank in (0, 1):
+        first, second = (line["learner_weights"] for line in _lines(tmp_path, rank))
+        assert second["b"] == first["b"], f"rank {rank}: learner b moved in a step without its records"
+        assert second["a"] != first["a"], "learner a trained"
+    assert _lines(tmp_path, 0)[1]["learner_weights"] == _lines(tmp_path, 1)[1]["learner_weights"]
+
+
 def test_a_nonfinite_loss_on_one_rank_skips_the_step_on_every_rank(tmp_path, recorded):
     """Rank 1's loss is NaN at every step: every rank skips every step (one decision, from the
     summed loss), and after ``max_nonfinite_steps`` in a row both stop with the error that says
