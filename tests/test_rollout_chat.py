@@ -113,3 +113,21 @@ def test_the_prompt_encoder_remembers_prompts_and_gives_the_same_ids(tiny):
     assert again == [encode_chats(tok, conversations[:1])[0]]
     encoder.encode([template.messages("Board 2", "player_0")])
     assert len(encoder._cache) == 2  # bounded: the least recently used went
+
+
+def test_a_call_mixing_the_oldest_cached_prompt_with_new_ones_over_a_full_cache(tiny):
+    """The cache full, one call asks for its oldest prompt and new ones (an exploitability scan
+    revisiting boards): the new ones evict others, not the prompt being read; a call of more new
+    prompts than the cache holds still gets every one's ids."""
+    from sp_lightning.rollout.chat import PromptEncoder, encode_chats
+
+    _, tok = tiny
+    template = make_template("plain")
+    a, b, c, d = (template.messages(f"Board {i}", "player_0") for i in "abcd")
+    encoder = PromptEncoder(tok, cache_size=2)
+    encoder.encode([a])
+    encoder.encode([b])
+    assert encoder.encode([a, c]) == encode_chats(tok, [a, c])
+    assert len(encoder._cache) == 2
+    assert encoder.encode([b, c, d, a]) == encode_chats(tok, [b, c, d, a])
+    assert len(encoder._cache) == 2

@@ -110,18 +110,18 @@ class PromptEncoder:
 
     def encode(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
         keys = [tuple((m.get("role"), m.get("content")) for m in messages) for messages in conversations]
-        missing = list(dict.fromkeys(key for key in keys if key not in self._cache))
+        found = {key: self._cache[key] for key in keys if key in self._cache}
+        missing = list(dict.fromkeys(key for key in keys if key not in found))
         if missing:
             first = {key: messages for key, messages in zip(keys, conversations)}
             for key, ids in zip(missing, encode_chats(self.tokenizer, [first[k] for k in missing], self.specials)):
-                self._cache[key] = tuple(ids)
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        out = []
-        for key in keys:
+                found[key] = tuple(ids)
+        for key in keys:  # this call's prompts are the most recent; the oldest others go first
+            self._cache[key] = found[key]
             self._cache.move_to_end(key)
-            out.append(list(self._cache[key]))
-        return out
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return [list(found[key]) for key in keys]
 
 
 def end_of_turn_ids(tokenizer) -> list[int]:
