@@ -50,6 +50,8 @@ def test_a_bad_override_names_its_key():
         checked_overrides({"judge": {"temprature": 0}}, "data.sampling_by_role")
     with pytest.raises(ValueError, match=r"data.sampling_by_policy.base: .*top_p"):
         checked_overrides({"base": {"top_p": 2.0}}, "data.sampling_by_policy")
+    with pytest.raises(ValueError, match=r"data.sampling_by_role.judge: sampling.top_k: expected an int >= 0 .*got -1"):
+        checked_overrides({"judge": {"top_k": -1}}, "data.sampling_by_role")  # the HF sampler's topk(-1) crashed mid-run
     with pytest.raises(ValueError, match=r"data.sampling_by_role.judge: expected a mapping"):
         checked_overrides({"judge": 0.0}, "data.sampling_by_role")
 

@@ -58,7 +58,7 @@ class SamplingSettings:
     """Nucleus sampling. Training divides its logits by the temperature, as the sampler did, but
     does not truncate them: with top_p < 1 or top_k > 0 the PPO ratio is approximate."""
     top_k: int = 0
-    """0 disables top-k."""
+    """0 disables top-k (vLLM's -1)."""
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -67,6 +67,8 @@ class SamplingSettings:
             raise ValueError(f"sampling.temperature: expected >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"sampling.top_p: expected in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"sampling.top_k: expected an int >= 0 (0: no top-k, which vLLM writes -1), got {self.top_k}")
 
 
 def by_sampling(indices: list[int], settings: list[SamplingSettings]) -> list[tuple[SamplingSettings, list[int]]]:
