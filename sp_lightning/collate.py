@@ -48,6 +48,19 @@ class TrainBatch:
                             for f in dataclasses.fields(self)))
 
 
+def kept_tokens(record: TrainingRecord, max_tokens: int | None) -> int:
+    """How many of ``record``'s completion tokens are trained on when its prompt+completion is
+    cut at ``max_tokens`` (``model.max_train_tokens``; None: all)."""
+    length = len(record.prompt_ids) + len(record.completion_ids)
+    kept = min(length, max_tokens) if max_tokens else length
+    return max(0, min(len(record.completion_ids), kept - len(record.prompt_ids)))
+
+
+def trained_tokens(record: TrainingRecord, max_tokens: int | None) -> int:
+    """The tokens of ``record`` its loss counts: its action mask over the completion tokens kept."""
+    return int(sum(record.action_mask[:kept_tokens(record, max_tokens)]))
+
+
 def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None = None,
             share_prompts: bool = False) -> TrainBatch:
     """Left-padded prompt+completion sequences, cut at ``max_tokens`` (no training past it).
@@ -58,7 +71,7 @@ def collate(records: list[TrainingRecord], pad_id: int, max_tokens: int | None =
         if max_tokens:
             ids = ids[:max_tokens]
         seqs.append(ids)
-        kept.append(max(0, min(len(r.completion_ids), len(ids) - len(r.prompt_ids))))
+        kept.append(kept_tokens(r, max_tokens))
     uncut = all(len(ids) == len(r.prompt_ids) + len(r.completion_ids) for ids, r in zip(seqs, records))
     shared = collate_shared(records, pad_id) if share_prompts and uncut else None
     if shared is not None:

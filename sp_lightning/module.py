@@ -220,7 +220,7 @@ class SelfPlayModule(L.LightningModule):
         self.reference.take_when_due(batch.records)  # the first self-play step: the warm start's policy
         start = time.perf_counter()
         mine = {name: [r for r in batch.records if r.learner == name] for name in self.learners.names}
-        counts = batch_counts(mine)
+        counts = batch_counts(mine, self.max_train_tokens)
         if not any(c.records for c in counts.values()):  # every move came from bots or was empty, on every rank
             self._log_rollout(batch.metrics)
             return None

@@ -36,8 +36,8 @@ class OptimizerSettings:
     def lr_factor(self, step: float, total_steps: int) -> float:
         """Multiplier of lr at training step ``step`` (a fraction between two steps: a later pass
         over the same batch): linear warm-up, then constant or cosine decay."""
-        if step < self.warmup_steps:
-            return (step + 1) / self.warmup_steps
+        if step < self.warmup_steps:  # at most the peak: a later pass of step w - 1 sits past it
+            return min(1.0, (step + 1) / self.warmup_steps)
         if self.schedule == "constant" or total_steps <= self.warmup_steps:
             return 1.0
         progress = min(1.0, (step - self.warmup_steps) / (total_steps - self.warmup_steps))

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from sp_lightning import distributed
-from sp_lightning.collate import MicroBatch, split_micro_batches
+from sp_lightning.collate import MicroBatch, split_micro_batches, trained_tokens
 from sp_lightning.credit import value_diagnostics
 from sp_lightning.learners import activate, trainable_again
 from sp_lightning.loss_terms import ForwardOutputs, LossBatch, combine
@@ -51,13 +51,15 @@ class Counts:
         return self.imitated > 0
 
 
-def batch_counts(records: dict[str, list[TrainingRecord]]) -> dict[str, Counts]:
+def batch_counts(records: dict[str, list[TrainingRecord]], max_train_tokens: int | None = None) -> dict[str, Counts]:
     """Each learner's :class:`Counts`, summed over the ranks in one collective: each rank's loss is
     normalised by them, so the gradients summed over the ranks are those of one process training on
-    every rank's records."""
+    every rank's records. The tokens are those trained on: a sequence cut at ``max_train_tokens``
+    counts the completion tokens it keeps (the loss's mean and the diagnostics' weights are over them)."""
     names = list(records)
     flat = distributed.sum_floats([value for name in names for value in (
-        sum(sum(r.action_mask) for r in records[name]), len(records[name]), sum(r.advantage for r in records[name]),
+        sum(trained_tokens(r, max_train_tokens) for r in records[name]), len(records[name]),
+        sum(r.advantage for r in records[name]),
         sum(r.imitation for r in records[name]))])
     return {name: Counts(*flat[4 * k: 4 * k + 4]) for k, name in enumerate(names)}
 

@@ -53,6 +53,17 @@ def test_tokens_beyond_max_train_tokens_are_not_trained():
     assert batch.targets.tolist() == [[8]] and batch.loss_mask.tolist() == [[1]]
 
 
+def test_the_tokens_the_loss_is_averaged_over_are_the_tokens_trained_on():
+    """With ``max_train_tokens`` cutting sequences, the count the token-mean loss (and each
+    micro-batch's share of the diagnostics) divides by is the tokens kept, not every completion token."""
+    from sp_lightning.update import batch_counts
+
+    records = [_record([5, 6, 7], [8, 9, 10]), _record([5], [8, 9]), _record([5, 6, 7, 8, 9], [10])]
+    for cut in (None, 4, 2):
+        trained = float(collate(records, pad_id=0, max_tokens=cut).loss_mask.sum())
+        assert batch_counts({"": records}, cut)[""].tokens == trained, cut
+
+
 def test_window_logprobs_equal_full_sequence_logprobs(tiny_policy):
     """The logits_to_keep window gives the same logprobs as a full forward on each sequence alone."""
     from sp_lightning.module import SelfPlayModule
@@ -111,6 +122,9 @@ def test_learning_rate_schedule():
     opt = OptimizerSettings(warmup_steps=2, schedule="cosine", min_lr_ratio=0.1)
     assert [opt.lr_factor(s, 12) for s in (0, 1, 2, 7, 12, 20)] == pytest.approx([0.5, 1.0, 1.0, 0.55, 0.1, 0.1])
     assert OptimizerSettings().lr_factor(500, 800) == 1.0
+    # a later pass over a batch sits between two steps (update_epochs 2: step 1.5): never above the peak
+    assert [opt.lr_factor(s, 12) for s in (0.5, 1.5, 2.5)] == pytest.approx([0.75, 1.0, opt.lr_factor(2.5, 12)])
+    assert max(OptimizerSettings(warmup_steps=w).lr_factor(k / 2, 12) for w in (1, 2, 10) for k in range(40)) == 1.0
     with pytest.raises(ValueError, match="optimizer.schedule"):
         OptimizerSettings(schedule="linear")
 
