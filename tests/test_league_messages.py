@@ -45,7 +45,7 @@ def test_the_messages_cross_the_collectives_whole(tmp_path, one_rank_group):
     assert distributed.world_size() == 1 and torch.distributed.is_initialized()
     state = _league(tmp_path)
     report = RankReport(matches=[(["learner", "random_bot"], [1.0, -1.0])], buckets=["baseline"],
-                        results=[("baseline", 1.0)], exploiter_results=[("hunter", -1.0)])
+                        results=[("baseline", 1.0)], exploiter_results=[("hunter", -1.0, -2.0)])
     response = BestResponse("br-000002", "kuhn_poker_v1", 2, {"0": ["[fold]"], "2b": ["[call]"]})
     news = StepNews(league=league_view(state), promoted=[Promotion("ckpt-000004", "", "/lead/adapters/ckpt-000004")],
                     pruned=["ckpt-000002"], metrics={"league/mix/baseline": 1.0}, resets=[Reset("hunter", 7)],
@@ -72,10 +72,10 @@ def test_the_league_view_leaves_the_history_on_the_lead(tmp_path):
 def test_rank_reports_merge_in_rank_order():
     zero = RankReport(matches=[(["learner", "a"], [1.0, 0.0])], buckets=["peer"], results=[("checkpoint", 1.0)])
     one = RankReport(matches=[(["learner", "b"], [0.0, 1.0])], buckets=["baseline"], results=[("baseline", -1.0)],
-                     exploiter_results=[("hunter", 1.0)])
+                     exploiter_results=[("hunter", 1.0, 2.0)])
     merged = RankReport.merged([zero, one])
     assert merged.matches == zero.matches + one.matches and merged.buckets == ["peer", "baseline"]
-    assert merged.results == [("checkpoint", 1.0), ("baseline", -1.0)] and merged.exploiter_results == [("hunter", 1.0)]
+    assert merged.results == [("checkpoint", 1.0), ("baseline", -1.0)] and merged.exploiter_results == [("hunter", 1.0, 2.0)]
 
 
 def test_the_evaluator_spec_and_result_round_trip_through_their_files(tmp_path):

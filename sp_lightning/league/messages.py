@@ -41,7 +41,8 @@ class RankReport:
     """The matchmaking bucket of each opponent seated (the realised opponent mix)."""
     results: list[tuple[str, float]] = field(default_factory=list)
     """(opponent type, the learner's payoff) per game; type ``mirror`` for the learner against itself."""
-    exploiter_results: list[tuple[str, float]] = field(default_factory=list)
+    exploiter_results: list[tuple[str, float, float]] = field(default_factory=list)
+    """(exploiter, its payoff, its margin over its opponents' mean payoff) per game it played."""
     """(exploiter learner, its payoff) per game an exploiter played."""
 
     @classmethod

@@ -70,7 +70,7 @@ class LeagueSampler(OpponentSampler):
         self.exploiters = exploiters
         self.exploiter_refs = ({name: PolicyRef(PolicyKind.LEARNER, name) for name in exploiters.names().values()}
                                if exploiters is not None else {})
-        self.exploiter_results: list[tuple[str, float]] = []  # (exploiter, its payoff) of this batch
+        self.exploiter_results: list[tuple[str, float, float]] = []  # (exploiter, payoff, margin) of this batch
         self.adapter_slots: int | None = None  # the worker's (set when training starts): see batch_seats
         self.clustered_batches = 0  # batches whose checkpoints batch_seats had to cluster
 
@@ -181,7 +181,10 @@ class LeagueSampler(OpponentSampler):
             played = [(a, p) for a, p in seats.items() if p in exploiters]
             if played:  # an exploiter's game: its result is its own, not the league's ratings
                 agent, policy = played[0]
-                self.exploiter_results.append((policy.name, rollout.outcome.get(agent, 0.0)))
+                payoff = rollout.outcome.get(agent, 0.0)
+                others = [rollout.outcome.get(a, 0.0) for a, p in seats.items() if p != policy]
+                margin = payoff - sum(others) / len(others) if others else 0.0  # a win: > 0, as the learner's
+                self.exploiter_results.append((policy.name, payoff, margin))
                 continue
             for agent, policy in seats.items():
                 moves = [s.info.get("parsed_move") or "?" for s in rollout.steps_of(agent)]
