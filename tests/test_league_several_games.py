@@ -35,6 +35,11 @@ def test_a_setting_is_refused_only_when_no_game_of_the_run_has_it(key):
         check_games(settings, [LIARS_DICE, LIARS_DICE])
     check_games(settings, [LIARS_DICE, KUHN])  # one game has it: done there, skipped in the other
     check_games(LeagueSettings(dir="unused"), [LIARS_DICE])  # not asked for: nothing to refuse
+    hands = GameSettings(id="kuhn_poker_v1", env_kwargs={"num_hands": 3})  # a game the exact figures do not cover
+    with pytest.raises(ValueError, match=rf"^data.league.{key}: the game 'kuhn_poker_v1' has no exact .* "
+                                         r"\(kuhn_poker_v1 with num_hands 3 \(OpenSpiel's Kuhn Poker is one hand\)\)"):
+        check_games(settings, [hands])
+    check_games(settings, [hands, TICTACTOE])
 
 
 def test_a_best_response_of_several_games_is_named_and_tagged_by_its_game():

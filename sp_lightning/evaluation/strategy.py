@@ -38,8 +38,13 @@ def model_action_probs(worker, policy: PolicyRef, template: PromptTemplate, role
     return action_probs
 
 
+def _kuhn_limit(env_kwargs: Mapping[str, Any]) -> str | None:
+    hands = env_kwargs.get("num_hands", 1)
+    return None if hands == 1 else f"num_hands {hands} (OpenSpiel's Kuhn Poker is one hand)"
+
+
 def _kuhn(action_probs: ActionProbs, env_kwargs: Mapping[str, Any]) -> ExploitabilityResult | None:
-    if env_kwargs.get("num_hands", 1) != 1:  # OpenSpiel's Kuhn Poker is one hand
+    if _kuhn_limit(env_kwargs) is not None:
         return None
     return kuhn_exploitability(action_probs)
 
@@ -57,6 +62,12 @@ MIXTURE_EXPLOITABILITY: dict[str, Callable[[list[ActionProbs]], ExploitabilityRe
 }
 """Game name -> exploitability of a league (members drawn uniformly, each followed through a game),
 for the games that have it."""
+
+
+def not_covered(game) -> str | None:
+    """Why ``game`` (a GameSettings) has no exact exploitability (nor best response) here although
+    its game has one, e.g. ``"num_hands 3 (OpenSpiel's Kuhn Poker is one hand)"``; None when it has."""
+    return _kuhn_limit(game.env_kwargs) if game.name == "kuhn_poker_v1" else None
 
 
 def policy_exploitability(worker, game, policy: PolicyRef = LEARNER):

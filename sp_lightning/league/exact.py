@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sp_lightning.evaluation.exploitability import ExploitabilityResult
 from sp_lightning.evaluation.strategy import (
-    EXPLOITABILITY, MIXTURE_EXPLOITABILITY, model_action_probs, policy_exploitability,
+    EXPLOITABILITY, MIXTURE_EXPLOITABILITY, model_action_probs, not_covered, policy_exploitability,
 )
 from sp_lightning.games import GameSettings
 from sp_lightning.league import best_responses
@@ -30,9 +30,11 @@ def check_games(settings: LeagueSettings, games: list[GameSettings]) -> None:
     wanted = (("best_response_every", settings.best_response_every, best_responses.OBSERVATION_KEYS, "best response"),
               ("exploitability_every", settings.exploitability_every, EXPLOITABILITY, "exploitability"))
     for key, every, known, what in wanted:
-        if every and not any(name in known for name in names):
+        if every and not any(game.name in known and not_covered(game) is None for game in games):
             games_phrase = f"the game {names[0]!r} has" if len(names) == 1 else f"none of the games {names} has"
-            raise ValueError(f"data.league.{key}: {games_phrase} no exact {what}; "
+            settings_phrase = "".join(f" ({game.name} with {not_covered(game)})" for game in games
+                                      if game.name in known and not_covered(game))
+            raise ValueError(f"data.league.{key}: {games_phrase} no exact {what}{settings_phrase}; "
                              f"expected one of {sorted(known)}, or 0")
 
 
