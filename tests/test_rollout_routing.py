@@ -295,3 +295,18 @@ def test_a_batch_of_prompts_scores_each_prompt_as_its_own_forward(policy, served
         plain = _plain_scores(model, tok, requests[0].messages, candidates[0])
     # the merged copy's weights are the adapter's folded in: equal within 1e-4, not 1e-5
     torch.testing.assert_close(alone[0], plain, atol=1e-4 if served == "learner" else 1e-5, rtol=0)
+
+
+def test_the_base_model_of_a_policy_without_an_adapter_is_refused_once_its_weights_moved():
+    """With ``policy.lora: null`` the whole model trains and nothing can be switched off: before
+    any update ``base`` is the learner's own weights, after one it would be the trained model
+    answering as the base (a debate's judge judging its own debates); refused, naming the key."""
+    from sp_lightning.errors import UserError
+
+    model, tok = load_policy(PolicySettings(lora=None))
+    worker = HFRolloutWorker(model, tok)
+    torch.testing.assert_close(_scores(worker, PolicyRef("base")), _scores(worker, LEARNER))
+    _perturb(model, 0.05)
+    send_weights(worker, model, version=1)
+    with pytest.raises(UserError, match=r"policy 'base' .*model.policy.lora null.*give model.policy.lora"):
+        _scores(worker, PolicyRef("base"))

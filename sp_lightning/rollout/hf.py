@@ -54,6 +54,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from sp_lightning.errors import UserError
 from sp_lightning.learners import adapter_of, learner_adapters, state_targets, trainable_again
 from sp_lightning.padding import left_pad
 from sp_lightning.rollout.base import (
@@ -295,8 +296,13 @@ class HFRolloutWorker(RolloutWorker):
             if hasattr(self.model, "disable_adapter"):
                 with self.model.disable_adapter():
                     yield
-            else:  # no adapter: the learner is the base model
+            elif self.policy_version == 0:  # no adapter, nothing trained yet: the learner is the base model
                 yield
+            else:
+                raise UserError(
+                    "policy 'base' (the base model, adapter off): with model.policy.lora null every weight trains "
+                    "and there is no adapter to switch off, so the base model is gone once training has moved the "
+                    "weights; give model.policy.lora, or seat another policy than 'base' (an opponent, a judge)")
         else:
             if policy.kind is PolicyKind.CHECKPOINT:
                 self._ensure_loaded(policy.name)
