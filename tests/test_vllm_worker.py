@@ -246,10 +246,12 @@ def test_an_adapter_vllm_cannot_serve_is_refused_and_the_engine_lives(served, tm
     assert worker.generate(requests_of([LEARNER]), SamplingSettings(max_new_tokens=1))[0].completion_ids
 
 
-def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_engine_serves(two_slots):
+def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_engine_serves(served, two_slots):
     """SIGKILL the engine core process while a long generate runs: the call raises a
     TransientRolloutError within seconds (vLLM alone would wait forever), and the next call
-    starts a new engine that serves the same learner. (The last user of ``two_slots``.)"""
+    starts a new engine that serves the same learner. (The last user of ``two_slots``.) Closed
+    with weights sent after its last generate, it leaves neither the served adapter's files nor
+    the new ones (the served ones were left behind in the adapter folder)."""
     import signal
     import threading
     import time
@@ -273,8 +275,12 @@ def test_a_killed_engine_core_ends_the_call_with_a_retryable_error_and_a_new_eng
         (completion,) = worker.generate(requests_of([LEARNER])[:1], SamplingSettings(max_new_tokens=2))
         assert completion.completion_ids and worker.llm is not None
         assert worker._learners[""].lora_path == learner_files  # reloaded as it was, not saved again
+        send_weights(worker, served[0].model, worker.policy_version + 1)  # the end of a fit: one more send
+        sent = worker.adapters.current[""][1]
+        assert os.path.isdir(learner_files) and os.path.isdir(sent)
     finally:
         worker.close()
+    assert not os.path.exists(learner_files) and not os.path.exists(sent)
 
 
 # ---- configuration checks: no engine needed ---------------------------------------------------

@@ -208,7 +208,8 @@ class VLLMRolloutWorker(RolloutWorker):
         files (RAM-backed): a later generate starts the engine again, with the weights of the next
         ``load_weights``. The base model's files stay until the worker is gone."""
         self._shutdown_engine()
-        for _, path in self.adapters.current.values():
+        served = [request.lora_path for request in self._learners.values()]  # replaced, not yet deleted
+        for path in [path for _, path in self.adapters.current.values()] + served:
             shutil.rmtree(path, ignore_errors=True)
         self.adapters.current = {}
         self._learners = {}  # their files are gone
