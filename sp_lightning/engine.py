@@ -223,6 +223,10 @@ def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: boo
         raise ValueError(f"data.eval.exploitability: data.rollout {backend} cannot score a policy's moves; "
                          f"turn it off or use HFRolloutWorker / VLLMRolloutWorker")
     league = settings.league
+    if fit and league is not None and settings.async_rollouts.enabled:  # see docs/rollout.md, asynchronous collection
+        raise ValueError("data.async_rollouts.enabled: not with a league (data.league) yet: the batches played "
+                         "ahead seat checkpoints that the league prunes meanwhile (their adapters are gone when "
+                         "those games go on); set enabled: false")
     if league is not None and league.exploitability_every and not worker.scores_completions:
         raise ValueError(f"data.league.exploitability_every: data.rollout {backend} cannot score a policy's "
                          f"moves; set it to 0 or use HFRolloutWorker / VLLMRolloutWorker")
