@@ -81,7 +81,8 @@ def token_entropy(logits: Tensor) -> Tensor:
     """
     logp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
     p = logp.exp()  # (B, T, V)
-    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))  # (B, T, V)
+    # the -inf entries zeroed before the product, not after: p * -inf would be NaN in the backward pass
+    plogp = p * torch.where(p > 0, logp, torch.zeros_like(logp))  # (B, T, V)
     return -plogp.sum(-1)  # (B, T)
 
 

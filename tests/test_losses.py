@@ -347,6 +347,11 @@ def test_token_entropy():
     """
     logits = t([[[0.0, 0.0, 0.0, 0.0], [0.0, 0.0, LN2, -INF], [5.0, -INF, -INF, -INF]]])
     assert_close(token_entropy(logits), t([[math.log(4.0), 1.5 * LN2, 0.0]]))
+    # and the bonus trains through it: the gradient is finite where banned tokens are -inf
+    logits.requires_grad_(True)
+    token_entropy(logits).sum().backward()
+    assert torch.isfinite(logits.grad).all() and logits.grad[0, 0].abs().max() < 1e-6  # uniform: a maximum
+    assert logits.grad[0, 1, 2] < 0  # the likeliest token is pushed down: entropy rises
 
 
 def test_entropy_bonus_is_subtracted_with_the_same_aggregation():
