@@ -86,6 +86,7 @@ class PolicyUpdate:
         passes = {name: 0 for name in host.learners.names}
         value_stats: dict[str, dict[str, float]] = {}
         self._step, self._counted = host.global_step, False  # the training step this batch is
+        self._scheduled = 0  # the schedule's steps taken by this batch's passes
         try:
             if host.credit is not None:  # advantages from the values of the weights that played
                 for name in active:
@@ -100,6 +101,9 @@ class PolicyUpdate:
                 active = list(stepping)
                 if not active:
                     break
+            if self._counted:  # a later pass where nothing stepped: the schedule stays on the training step
+                for _ in range(host.update_epochs - self._scheduled):
+                    host.lr_schedulers().step()
         finally:
             trainable_again(host.model)
         return totals, passes
@@ -134,7 +138,7 @@ class PolicyUpdate:
                 self._skip_nonfinite(name, records[name], pass_totals[name])
         if stepping:  # the first optimizer step of the batch is the training step Lightning counts
             host.step_optimizers(counted=not self._counted)
-            self._counted = True
+            self._counted, self._scheduled = True, self._scheduled + 1
         return stepping
 
     def _micro_batches(self, records: list[TrainingRecord]) -> list[MicroBatch]:

@@ -63,3 +63,19 @@ def test_k_nan_steps_in_a_row_stop_the_run_with_a_message(tmp_path, monkeypatch)
     with pytest.raises(RuntimeError, match=r"2 optimizer steps in a row had a non-finite loss .*max_nonfinite_steps = 2"):
         main(["fit", *_args("tictactoe_tiny.yaml", tmp_path, 3, "--model.micro_batch_size", "512",
                             "--model.optimizer.max_nonfinite_steps", "2")])
+
+
+def test_a_skipped_later_pass_keeps_the_learning_rate_schedule_on_the_training_step(tmp_path, monkeypatch):
+    """``update_epochs: 2``: the schedule takes two steps per batch (its k-th at training step
+    k / 2). Batch 0's second pass is NaN and nothing steps in it: the schedule still takes that
+    batch's two steps, or every later pass would sit half a step behind ``global_step``."""
+    from sp_lightning import build_from_config, make_trainer
+
+    injector = NaNLogprobsInjector(monkeypatch, nan_at={1})  # the forwards: batch 0's two passes, then batch 1's
+    module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--model.update_epochs", "2",
+                                   "--model.micro_batch_size", "512", "--data.episodes_per_batch", "8")
+    trainer = make_trainer(max_steps=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path), enable_progress_bar=False)
+    trainer.fit(module, datamodule=dm)
+    assert len(injector.weights_at_batch) == 4 and module.nonfinite_steps == 1
+    assert trainer.global_step == 2 and trainer.lr_scheduler_configs[0].scheduler.last_epoch == 4
