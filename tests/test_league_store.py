@@ -77,3 +77,28 @@ def test_the_league_comes_back_from_its_state_dict_and_a_fresh_run_refuses_its_d
     state = resumed.open()
     assert state.to_dict() == saved["registry"]
     assert resumed.state_dict() == saved
+
+
+def test_a_run_resumed_from_an_older_checkpoint_drops_the_agents_whose_adapters_are_gone(tmp_path):
+    """``best.ckpt`` written at step 4 names ckpt-000002, pruned at 6 and deleted once ``last.ckpt``
+    of step 6 was written: a run resumed from ``best.ckpt`` goes on without it, saying so (its
+    first step had failed registering the missing adapter), and keeps every agent still on disk."""
+    import logging
+
+    store = LeagueStore(_settings(tmp_path), lambda text, level=logging.INFO: None)
+    store.open()
+    _run(store, range(1, 5))
+    best = json.loads(json.dumps(store.state_dict()))  # best.ckpt at step 4
+    _run(store, range(5, 7))
+    store.saved(6)
+    store.delete_pruned()
+    assert not (tmp_path / "league" / "adapters" / "ckpt-000002").exists()
+
+    events = []
+    resumed = LeagueStore(_settings(tmp_path), lambda text, level=logging.INFO: events.append((text, level)))
+    resumed.load_state_dict(best)
+    league = resumed.open()
+    assert {a.id for a in league.agents.values() if a.type == "checkpoint"} == {"ckpt-000004"}
+    assert all(os.path.isdir(a.adapter_path) for a in league.agents.values() if a.adapter_path)
+    ((text, level),) = events
+    assert level == logging.WARNING and text.startswith("ckpt-000002 left the league on resume: its adapter ")

@@ -9,11 +9,14 @@ it adds to the league it returns as the messages every rank acts on (``Promotion
 ``BestResponse``, pruned ids); serving adapters on each rank is ``sync``'s.
 
 A pruned checkpoint's adapter is deleted only once a Lightning checkpoint that no longer names
-it has been written: a run resumed from an older checkpoint still finds it.
+it has been written, so a run resumed from its last checkpoint finds every adapter its league
+names. One resumed from an older checkpoint (``best.ckpt``) may name adapters deleted since:
+those agents leave the league, with a warning, and the run goes on.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from collections.abc import Callable, Collection
@@ -69,6 +72,12 @@ class LeagueStore:
 
     def _restored(self, state: dict[str, Any]) -> None:
         self.registry.restore(state["registry"])
+        for agent in self.registry.read().agents.values():  # a checkpoint older than the last one
+            if agent.adapter_path and not os.path.isdir(agent.adapter_path):
+                self.registry.remove_agent(agent.id)
+                self.event(f"{agent.id} left the league on resume: its adapter {agent.adapter_path} was deleted "
+                           f"after this checkpoint was written (pruned by the run that wrote a later one)",
+                           logging.WARNING)
         self.best_learner_rating = state["best_learner_rating"]
         self.pruned = [tuple(p) for p in state["pruned"]]
         self.pooler.load_state_dict(state["pooler"])
