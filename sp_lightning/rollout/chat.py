@@ -8,7 +8,8 @@ strings with ordinary tokens, so without care one seat could open a fake ``syste
 another seat's prompt, and that prompt becomes training data.
 
 This is the one place in the prompt path that prevents it: every backend encodes prompts with
-:func:`encode_chat`. The contents of untrusted messages (every role but ``system``, which comes
+:func:`encode_chat`, except a remote chat server, which renders the text itself with a tokenizer
+not known here: its messages go out through :func:`neutralise_remote`. The contents of untrusted messages (every role but ``system``, which comes
 from the config) have each special-token string broken by a zero-width space after its first
 character, so the text still reads the same to a person and the tokenizer sees ordinary
 characters. It works for any tokenizer: the strings come from the tokenizer itself
@@ -19,6 +20,7 @@ stay as they are.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -61,6 +63,23 @@ def neutralise_messages(messages: list[dict[str, str]], specials: Iterable[str])
         else {**message, "content": neutralise(str(message.get("content", "")), specials)}
         for message in messages
     ]
+
+
+CHAT_MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>")
+"""The special-token strings of the common chat templates (``<|im_start|>``, ``<|eot_id|>``,
+``</s>``, ``[INST]``, ``<start_of_turn>``, ...): what a remote server's tokenizer, which is not
+known here, most likely turns into control tokens."""
+
+
+def neutralise_remote(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A copy of ``messages`` for a remote chat server (``rollout.remote``): untrusted contents
+    with every :data:`CHAT_MARKER` match broken as :func:`neutralise` breaks a tokenizer's own
+    specials. The server applies its chat template to the text, so this is the only defence."""
+    def broken(text: str) -> str:
+        return CHAT_MARKER.sub(lambda match: match.group()[0] + BREAK + match.group()[1:], text)
+
+    return [message if message.get("role") in TRUSTED_ROLES
+            else {**message, "content": broken(str(message.get("content", "")))} for message in messages]
 
 
 def encode_chat(tokenizer, messages: list[dict[str, str]], specials: Iterable[str] | None = None) -> list[int]:

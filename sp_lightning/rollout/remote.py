@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from sp_lightning.errors import UserError
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings, refuse
+from sp_lightning.rollout.chat import neutralise_remote
 from sp_lightning.types import Completion, ModelRequest, PolicyKind
 
 
@@ -87,7 +88,7 @@ class RemoteModel:
         temperature = sampling.temperature if self.temperature is None else self.temperature
         try:
             response = self.client.chat.completions.create(
-                model=self.model, messages=messages, temperature=temperature, top_p=sampling.top_p,
+                model=self.model, messages=neutralise_remote(messages), temperature=temperature, top_p=sampling.top_p,
                 max_tokens=self.max_tokens or sampling.max_new_tokens)
         except openai.APIStatusError as error:  # 4xx other than 408/409/429 are not retried
             retried = error.status_code in (408, 409, 429) or error.status_code >= 500
