@@ -102,3 +102,19 @@ def test_a_run_resumed_from_an_older_checkpoint_drops_the_agents_whose_adapters_
     assert all(os.path.isdir(a.adapter_path) for a in league.agents.values() if a.adapter_path)
     ((text, level),) = events
     assert level == logging.WARNING and text.startswith("ckpt-000002 left the league on resume: its adapter ")
+
+
+def test_the_waiting_games_of_a_pruned_checkpoint_are_dropped_with_it(tmp_path):
+    """Games pooled by two: one game against ckpt-000002 waits for its pair when ckpt-000002 leaves
+    the league (step 6); no game against it can come any more, so its block goes too, and the
+    run's state stops carrying it."""
+    store = LeagueStore(_settings(tmp_path), lambda text, level=None: None)
+    store.open()
+    _run(store, range(1, 4))  # ckpt-000002 promoted at 2
+    store.record([(["learner", "ckpt-000002"], [1.0, -1.0])], 3)
+    store.record([(["learner", "random_bot"], [1.0, -1.0])], 3)
+    waiting = {tuple(key) for key, _ in store.state_dict()["pooler"]["waiting"]}
+    assert ("ckpt-000002", "learner") in waiting
+    _run(store, range(4, 7))  # pruned at 6
+    waiting = {tuple(key) for key, _ in store.state_dict()["pooler"]["waiting"]}
+    assert not any("ckpt-000002" in key for key in waiting) and ("learner", "random_bot") in waiting

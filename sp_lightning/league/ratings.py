@@ -101,6 +101,11 @@ class MatchPooler:
                 done.append(_block_match(key, self.waiting.pop(key)))
         return done
 
+    def forget(self, agent_id: str) -> None:
+        """Drop the waiting games of ``agent_id``, which left the league: no more of them will
+        come to complete their blocks (they would wait in the run's state for ever)."""
+        self.waiting = {key: block for key, block in self.waiting.items() if agent_id not in key}
+
     def state_dict(self) -> dict:
         return {"waiting": [[list(key), block] for key, block in self.waiting.items()]}
 

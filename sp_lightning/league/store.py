@@ -72,17 +72,18 @@ class LeagueStore:
 
     def _restored(self, state: dict[str, Any]) -> None:
         self.registry.restore(state["registry"])
-        for agent in self.registry.read().agents.values():  # a checkpoint older than the last one
-            if agent.adapter_path and not os.path.isdir(agent.adapter_path):
-                self.registry.remove_agent(agent.id)
-                self.event(f"{agent.id} left the league on resume: its adapter {agent.adapter_path} was deleted "
-                           f"after this checkpoint was written (pruned by the run that wrote a later one)",
-                           logging.WARNING)
         self.best_learner_rating = state["best_learner_rating"]
         self.pruned = [tuple(p) for p in state["pruned"]]
         self.pooler.load_state_dict(state["pooler"])
         if self.exploiters is not None and "exploiters" in state:  # absent: a run resumed with exploiters added
             self.exploiters.load_state_dict(state["exploiters"])
+        for agent in self.registry.read().agents.values():  # a checkpoint older than the last one
+            if agent.adapter_path and not os.path.isdir(agent.adapter_path):
+                self.registry.remove_agent(agent.id)
+                self.pooler.forget(agent.id)
+                self.event(f"{agent.id} left the league on resume: its adapter {agent.adapter_path} was deleted "
+                           f"after this checkpoint was written (pruned by the run that wrote a later one)",
+                           logging.WARNING)
 
     def state_dict(self) -> dict[str, Any]:
         """The league's content, the best rating so far, the adapters awaiting deletion, the
@@ -153,6 +154,7 @@ class LeagueStore:
                   if a.type == "checkpoint" and not self.schedule.keeps(a.step, a.tags, step)]
         for agent in pruned:
             self.registry.remove_agent(agent.id)
+            self.pooler.forget(agent.id)
             self.pruned.append((step, agent.adapter_path))
             self.event(f"step {step}: {agent.id} left the league (older than the recent window)")
         return [agent.id for agent in pruned]
