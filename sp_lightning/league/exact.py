@@ -29,11 +29,11 @@ def check_games(settings: LeagueSettings, games: list[GameSettings]) -> None:
     names = [game.name for game in games]
     wanted = (("best_response_every", settings.best_response_every, best_responses.OBSERVATION_KEYS, "best response"),
               ("exploitability_every", settings.exploitability_every, EXPLOITABILITY, "exploitability"))
+    limits = [(game.name, not_covered(game)) for game in games]  # why a game's settings have none
     for key, every, known, what in wanted:
-        if every and not any(game.name in known and not_covered(game) is None for game in games):
+        if every and not any(name in known and limit is None for name, limit in limits):
             games_phrase = f"the game {names[0]!r} has" if len(names) == 1 else f"none of the games {names} has"
-            settings_phrase = "".join(f" ({game.name} with {not_covered(game)})" for game in games
-                                      if game.name in known and not_covered(game))
+            settings_phrase = "".join(f" ({name} with {limit})" for name, limit in limits if name in known and limit)
             raise ValueError(f"data.league.{key}: {games_phrase} no exact {what}{settings_phrase}; "
                              f"expected one of {sorted(known)}, or 0")
 

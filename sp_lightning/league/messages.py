@@ -42,8 +42,7 @@ class RankReport:
     results: list[tuple[str, float]] = field(default_factory=list)
     """(opponent type, the learner's payoff) per game; type ``mirror`` for the learner against itself."""
     exploiter_results: list[tuple[str, float, float]] = field(default_factory=list)
-    """(exploiter, its payoff, its margin over its opponents' mean payoff) per game it played."""
-    """(exploiter learner, its payoff) per game an exploiter played."""
+    """(exploiter learner, its payoff, its margin over its opponents' mean payoff) per game it played."""
 
     @classmethod
     def merged(cls, reports: list[RankReport]) -> RankReport:

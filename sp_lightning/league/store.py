@@ -159,7 +159,7 @@ class LeagueStore:
             self.event(f"step {step}: {agent.id} left the league (older than the recent window)")
         return [agent.id for agent in pruned]
 
-    def exploiter_step(self, step: int, results: list[tuple[str, float]]
+    def exploiter_step(self, step: int, results: list[tuple[str, float, float]]
                        ) -> tuple[dict[str, float], list[str], list[Reset]]:
         """The exploiters' results taken in (``ExploiterTracker.step``): their metrics, those
         that succeeded, the resets; nothing in a league without exploiters."""

@@ -9,8 +9,9 @@ another seat's prompt, and that prompt becomes training data.
 
 This is the one place in the prompt path that prevents it: every backend encodes prompts with
 :func:`encode_chat`, except a remote chat server, which renders the text itself with a tokenizer
-not known here: its messages go out through :func:`neutralise_remote`. The contents of untrusted messages (every role but ``system``, which comes
-from the config) have each special-token string broken by a zero-width space after its first
+not known here: its messages go out through :func:`neutralise_remote`. The contents of untrusted
+messages (every role but ``system``, which comes from the config) have each special-token
+string broken by a zero-width space after its first
 character, so the text still reads the same to a person and the tokenizer sees ordinary
 characters. It works for any tokenizer: the strings come from the tokenizer itself
 (``all_special_tokens`` and every added token marked special), not from a list per model.
@@ -55,14 +56,17 @@ def neutralise(text: str, specials: Iterable[str]) -> str:
     return text
 
 
+def _untrusted_mapped(messages: list[dict[str, str]], change) -> list[dict[str, str]]:
+    """A copy of ``messages`` with ``change`` applied to the contents of the untrusted ones (every
+    role but ``system``)."""
+    return [message if message.get("role") in TRUSTED_ROLES
+            else {**message, "content": change(str(message.get("content", "")))} for message in messages]
+
+
 def neutralise_messages(messages: list[dict[str, str]], specials: Iterable[str]) -> list[dict[str, str]]:
     """A copy of ``messages`` whose untrusted contents (every role but ``system``) are neutralised."""
     specials = tuple(specials)  # read once per message below, not consumed by the first
-    return [
-        message if message.get("role") in TRUSTED_ROLES
-        else {**message, "content": neutralise(str(message.get("content", "")), specials)}
-        for message in messages
-    ]
+    return _untrusted_mapped(messages, lambda text: neutralise(text, specials))
 
 
 CHAT_MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>")
@@ -75,11 +79,8 @@ def neutralise_remote(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     """A copy of ``messages`` for a remote chat server (``rollout.remote``): untrusted contents
     with every :data:`CHAT_MARKER` match broken as :func:`neutralise` breaks a tokenizer's own
     specials. The server applies its chat template to the text, so this is the only defence."""
-    def broken(text: str) -> str:
-        return CHAT_MARKER.sub(lambda match: match.group()[0] + BREAK + match.group()[1:], text)
-
-    return [message if message.get("role") in TRUSTED_ROLES
-            else {**message, "content": broken(str(message.get("content", "")))} for message in messages]
+    return _untrusted_mapped(messages, lambda text: CHAT_MARKER.sub(
+        lambda match: match.group()[0] + BREAK + match.group()[1:], text))
 
 
 def encode_chat(tokenizer, messages: list[dict[str, str]], specials: Iterable[str] | None = None) -> list[int]:

@@ -88,8 +88,8 @@ class RemoteModel:
         temperature = sampling.temperature if self.temperature is None else self.temperature
         try:
             response = self.client.chat.completions.create(
-                model=self.model, messages=neutralise_remote(messages), temperature=temperature, top_p=sampling.top_p,
-                max_tokens=self.max_tokens or sampling.max_new_tokens)
+                model=self.model, messages=neutralise_remote(messages), temperature=temperature,
+                top_p=sampling.top_p, max_tokens=self.max_tokens or sampling.max_new_tokens)
         except openai.APIStatusError as error:  # 4xx other than 408/409/429 are not retried
             retried = error.status_code in (408, 409, 429) or error.status_code >= 500
             tries = f"after {self.max_retries} retries" if retried else "(not retried)"
