@@ -213,6 +213,13 @@ class SelfPlayModule(L.LightningModule):
         opt.zero_grad(set_to_none=True)
         self.lr_schedulers().step()
 
+    def advance_schedule(self, passes: int) -> None:
+        """The learning-rate schedule moved on by ``passes`` passes of this batch in which no
+        learner stepped (every loss non-finite), so that each later pass keeps its place between
+        two training steps (``optimizer.build_optimizer``)."""
+        for _ in range(passes):
+            self.lr_schedulers().step()
+
     def training_step(self, dataloader_iter):
         # ---- rollout: the batch the engine played with the current weights ----
         batch, _, _ = next(dataloader_iter)

@@ -85,8 +85,8 @@ class PolicyUpdate:
         totals: dict[str, dict[str, float]] = {name: {} for name in host.learners.names}
         passes = {name: 0 for name in host.learners.names}
         value_stats: dict[str, dict[str, float]] = {}
-        self._step, self._counted = host.global_step, False  # the training step this batch is
-        self._scheduled = 0  # the schedule's steps taken by this batch's passes
+        self._step = host.global_step  # the training step this batch is
+        self._stepped = 0  # this batch's passes that stepped (the first is the training step Lightning counts)
         try:
             if host.credit is not None:  # advantages from the values of the weights that played
                 for name in active:
@@ -101,9 +101,8 @@ class PolicyUpdate:
                 active = list(stepping)
                 if not active:
                     break
-            if self._counted:  # a later pass where nothing stepped: the schedule stays on the training step
-                for _ in range(host.update_epochs - self._scheduled):
-                    host.lr_schedulers().step()
+            if self._stepped:  # later passes where nothing stepped: the schedule stays on the training step
+                host.advance_schedule(host.update_epochs - self._stepped)
         finally:
             trainable_again(host.model)
         return totals, passes
@@ -137,8 +136,8 @@ class PolicyUpdate:
             else:
                 self._skip_nonfinite(name, records[name], pass_totals[name])
         if stepping:  # the first optimizer step of the batch is the training step Lightning counts
-            host.step_optimizers(counted=not self._counted)
-            self._counted, self._scheduled = True, self._scheduled + 1
+            host.step_optimizers(counted=not self._stepped)
+            self._stepped += 1
         return stepping
 
     def _micro_batches(self, records: list[TrainingRecord]) -> list[MicroBatch]:

@@ -162,7 +162,7 @@ def test_the_end_of_training_waits_for_a_tournament_at_most_final_wait_then_stop
     process.start(2, _league(best=None), _players())
     child = _StandInProcess.started[-1]
     start = time.monotonic()
-    assert process.poll(wait=True, timeout=process.settings.final_wait) == {}
+    assert process.finish() == {}
     assert 0.3 <= time.monotonic() - start < 5
     assert not process.running and process.process is None and child.code == -15, "stopped"
     text, level = events[-1]

@@ -230,11 +230,7 @@ class LeagueCallback(L.Callback):
 
     # ---- end ----------------------------------------------------------------------------------
     def on_train_end(self, trainer, pl_module) -> None:
-        wait = self.settings.evaluator.final_wait
-        if self.evaluator.running:  # said, so that a run that has not ended yet says why
-            self._event(f"waiting for the tournament of {self.evaluator.agent} (at most {wait:g} s)")
-        metrics = self.evaluator.poll(wait=True, timeout=wait)  # the last tournament lands in the registry
-        self.evaluator.close()
+        metrics = self.evaluator.finish()  # the last tournament lands in the registry
         if trainer.logger is not None and metrics:
             trainer.logger.log_metrics(metrics, step=trainer.global_step)
         self.sync.remove_copies()

@@ -197,9 +197,19 @@ class EvaluatorProcess:
             time.sleep(0.05)
         return {}
 
+    def finish(self) -> dict[str, float]:
+        """Training is over: the running tournament's metrics, waited for at most
+        ``final_wait`` seconds (said, so that a run that has not ended yet says why), then the
+        process ends (:meth:`close`)."""
+        if self.running:
+            self.event(f"waiting for the tournament of {self.agent} (at most {self.settings.final_wait:g} s)")
+        metrics = self.poll(wait=True, timeout=self.settings.final_wait)
+        self.close()
+        return metrics
+
     def close(self) -> None:
-        """Training is over: the evaluator's process ends after its tournament (``poll(wait=True)``
-        first to have that tournament's result)."""
+        """The evaluator's process ends after its tournament (:meth:`finish` waits for that
+        tournament's result first)."""
         if self.process is not None:
             self.process.stdin.close()  # no more specs: it exits
             try:
