@@ -223,10 +223,6 @@ def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: boo
         raise ValueError(f"data.eval.exploitability: data.rollout {backend} cannot score a policy's moves; "
                          f"turn it off or use HFRolloutWorker / VLLMRolloutWorker")
     league = settings.league
-    if fit and league is not None and settings.async_rollouts.enabled:  # see docs/rollout.md, asynchronous collection
-        raise ValueError("data.async_rollouts.enabled: not with a league (data.league) yet: the batches played "
-                         "ahead seat checkpoints that the league prunes meanwhile (their adapters are gone when "
-                         "those games go on); set enabled: false")
     if league is not None and league.exploitability_every and not worker.scores_completions:
         raise ValueError(f"data.league.exploitability_every: data.rollout {backend} cannot score a policy's "
                          f"moves; set it to 0 or use HFRolloutWorker / VLLMRolloutWorker")
@@ -364,6 +360,19 @@ class Engine:
     def batches_played(self) -> int:
         """Training batches played so far (the arena's count; a resumed run continues it)."""
         return self.arena.steps_done
+
+    @property
+    def plays_ahead(self) -> bool:
+        """Whether batches are played while the trainer steps (asynchronous collection)."""
+        return self.collector is not None
+
+    @property
+    def last_seated_batch(self) -> int:
+        """The last batch whose games may already have their seats (a batch draws them as it
+        starts): the last one played, and under asynchronous collection the one the producer
+        may be playing now. An opponent that leaves the league now can still sit in the games
+        of the batches up to this one, which go on with it (``league.sync``)."""
+        return self.arena.steps_done - (0 if self.plays_ahead else 1)
 
     def update_overlap(self) -> AbstractContextManager:
         """The context the trainer's update runs in: under asynchronous collection the producer

@@ -367,3 +367,49 @@ def test_async_fit_resumes_from_its_checkpoint(tmp_path):
     assert saved and all(torch.equal(played_by[n], p) for n, p in saved.items())
     assert resumed.datamodule.engine.worker.policy_version == 6
     assert resumed.datamodule.engine.batches_played >= first.datamodule.engine.batches_played
+
+
+@pytest.mark.slow
+def test_an_async_league_fit_plays_on_with_the_checkpoints_it_prunes_meanwhile(tmp_path):
+    """A checkpoint every step, each leaving the league two steps later, batches played up to
+    three ahead: games seated before a prune go on with that checkpoint (its adapter stays served
+    until their batch is trained on) and rate nobody; then the worker lets it go."""
+    from sp_lightning import build_from_config, make_trainer
+    from sp_lightning.types import PolicyKind
+
+    league_dir = tmp_path / "league"
+    module, dm = build_from_config(
+        "--config", "configs/tictactoe_league_tiny.yaml", "--data.episodes_per_batch", "16",
+        "--data.async_rollouts", '{"enabled": true, "queue_size": 2}',
+        "--data.league.dir", str(league_dir), "--data.league.evaluator.every", "0",
+        "--data.league.schedule", '{"recent_every": 1, "recent_window": 2, "anchor_every": 1000, "elite": false}')
+
+    class SeatsAndMembers(L.Callback):
+        """Per trained batch: the checkpoints its games seated, and the league's members then."""
+        def __init__(self):
+            self.rows: list[tuple[set[str], set[str]]] = []
+            self.members: set[str] = set()
+            self.unrated = 0.0
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):  # before the step's prune
+            self.members = set(trainer.datamodule.league_callback.store.read().agents)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            seated = {p.name for r in pl_module.last_batch.rollouts for p in r.seats.values()
+                      if p.kind is PolicyKind.CHECKPOINT}
+            self.rows.append((seated, self.members))
+            self.unrated += float(trainer.callback_metrics.get("league/unrated_games", 0.0))
+
+    seen = SeatsAndMembers()
+    trainer = make_trainer(max_steps=8, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           default_root_dir=str(tmp_path), callbacks=[seen])
+    trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 8
+    late = [seated - members for seated, members in seen.rows if seated - members]
+    assert late, "no batch played a checkpoint that had left the league: the test did not test"
+    assert seen.unrated > 0
+    league = dm.league_callback
+    members = set(league.store.read().agents)
+    served = set(dm.engine.worker.inner.adapter_paths)
+    assert served - members == league.sync.still_served  # let go but for those still in play
+    assert all(agent not in members for agent in league.store.departed)

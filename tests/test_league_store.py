@@ -118,3 +118,18 @@ def test_the_waiting_games_of_a_pruned_checkpoint_are_dropped_with_it(tmp_path):
     _run(store, range(4, 7))  # pruned at 6
     waiting = {tuple(key) for key, _ in store.state_dict()["pooler"]["waiting"]}
     assert not any("ckpt-000002" in key for key in waiting) and ("learner", "random_bot") in waiting
+
+
+def test_a_game_finished_after_its_checkpoint_left_the_league_rates_nobody(tmp_path):
+    """Batches played ahead (asynchronous collection) can end with games seated before their
+    checkpoint left: they reach the store after the prune, are counted, and rate nobody (the
+    registry refuses an agent it does not hold; pooled, they would wait for ever)."""
+    store = LeagueStore(_settings(tmp_path), lambda text, level=None: None)
+    store.open()
+    _run(store, range(1, 7))  # ckpt-000002 promoted at 2, pruned at 6
+    matches = len(store.read().matches)
+    late = [(["learner", "ckpt-000002"], [1.0, -1.0]), (["learner", "random_bot"], [1.0, -1.0])]
+    assert store.record(late, 7) == 1
+    assert store.record(late, 7) == 1  # the second random_bot game completes its block of two
+    assert [m.agents for m in store.read().matches[matches:]] == [["learner", "random_bot"]]
+    assert not any("ckpt-000002" in key for key, _ in store.state_dict()["pooler"]["waiting"])

@@ -4,7 +4,6 @@ naming the config key."""
 
 import pytest
 
-from sp_lightning.async_rollouts import AsyncRolloutSettings
 from sp_lightning.data import SelfPlayDataModule
 from sp_lightning.engine import EvalSettings, check_capabilities
 from sp_lightning.games import GameSettings
@@ -73,11 +72,6 @@ def test_the_engine_refuses_a_run_that_asks_a_backend_for_what_it_cannot_do(back
     check_capabilities(backends["hf"], settings, fit=True)  # HF scores its moves
     with pytest.raises(ValueError, match=r"data.rollout: RemoteRolloutWorker answers with text only"):
         check_capabilities(backends["remote"], SelfPlayDataModule(games=[game]).settings, fit=True)
-    ahead = SelfPlayDataModule(games=[game], league=LeagueSettings(dir="unused"),
-                               async_rollouts=AsyncRolloutSettings(enabled=True)).settings
-    with pytest.raises(ValueError, match=r"data.async_rollouts.enabled: not with a league \(data.league\) yet"):
-        check_capabilities(backends["hf"], ahead, fit=True)  # a pruned checkpoint's games went on without it
-    check_capabilities(backends["hf"], ahead, fit=False)  # evaluate, rollout: nothing plays ahead of training
     league = SelfPlayDataModule(games=[game], league=LeagueSettings(dir="unused")).settings
     with pytest.raises(ValueError, match=r"data.league: the league plays past checkpoints"):
         check_capabilities(backends["remote"], league, fit=False)

@@ -132,11 +132,14 @@ class LeagueCallback(L.Callback):
     # ---- every step ---------------------------------------------------------------------------
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
+        trained = pl_module.last_batch
+        self.sync.trained(trained.index if trained is not None and trained.index is not None
+                          else self.engine.last_seated_batch)
         reports = self.sync.gather(self.sampler.drain())  # every rank's games, on every rank
         news = self._lead_step(pl_module, step, RankReport.merged(reports)) if self.sync.lead else None
         news = self.sync.broadcast(news)
         if not self.sync.lead:
-            self.sync.follow(news, pl_module.save_adapter)
+            self.sync.follow(news, pl_module.save_adapter, self.engine.last_seated_batch)
         self._reset_exploiters(pl_module, news.resets)
         self._seat(news.best_responses)
         metrics = dict(news.metrics)
@@ -148,16 +151,18 @@ class LeagueCallback(L.Callback):
         """The lead's part of a step: every rank's games recorded, the schedule's promotions and
         prunes, the exploiters, the evaluator and the exact figures; returns the news."""
         store = self.store
-        store.record(report.matches, step)
+        unrated = store.record(report.matches, step)
         metrics = league_metrics.mix_and_win_rates(report.buckets, report.results)
+        if self.engine.plays_ahead:  # games of batches seated before a prune, finished after it
+            metrics["league/unrated_games"] = float(unrated)
         state = store.read()
         promoted = self._promote(pl_module, step, state)
         pruned = store.prune(step, state)
-        self.sync.forget(pruned)
+        self.sync.forget(pruned, self.engine.last_seated_batch)
         exploiter_metrics, succeeded, resets = store.exploiter_step(step, report.exploiter_results)
         metrics.update(exploiter_metrics)
         promoted += self._promote_exploiters(pl_module, step, succeeded)
-        store.delete_pruned(in_play=self.evaluator.in_play)
+        store.delete_pruned(in_play={*self.evaluator.in_play, *self.sync.still_served})
         evaluated = self.evaluator.poll()
         metrics.update(evaluated)
         if self.evaluator.due(step):

@@ -80,7 +80,9 @@ class LeagueSampler(OpponentSampler):
         ``step`` the training step (the learner record's own step when not given)."""
         step = learner.step if step is None else step
         self.learner = LearnerInfo(step=step or 0, elo=learner.elo, mu=learner.mu, sigma=learner.sigma)
-        self.policy_ids = {a.policy: a.id for a in agents}
+        # departed members kept: a batch played ahead (asynchronous collection) may end with
+        # games seated before a checkpoint left; their results are still that checkpoint's
+        self.policy_ids.update({a.policy: a.id for a in agents})
         self.kinds = {a.id: a.type for a in agents}
         self.game_of = {a.id: game for a in agents if (game := best_responses.game_of(a)) is not None}
         self.policies = {a.id: parse_policy(a.policy) for a in agents if a.type != LEARNER_ID}

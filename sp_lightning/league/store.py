@@ -49,6 +49,7 @@ class LeagueStore:
         self.event = event
         self.best_learner_rating: float | None = None
         self.pruned: list[tuple[int, str]] = []  # (step pruned at, adapter dir) awaiting deletion
+        self.departed: set[str] = set()  # ids of the checkpoints that left the league in this run
         self.saved_step = -1  # the step of the last Lightning checkpoint written
         self._restore: dict[str, Any] | None = None
 
@@ -81,6 +82,7 @@ class LeagueStore:
             if agent.adapter_path and not os.path.isdir(agent.adapter_path):
                 self.registry.remove_agent(agent.id)
                 self.pooler.forget(agent.id)
+                self.departed.add(agent.id)
                 self.event(f"{agent.id} left the league on resume: its adapter {agent.adapter_path} was deleted "
                            f"after this checkpoint was written (pruned by the run that wrote a later one)",
                            logging.WARNING)
@@ -114,12 +116,16 @@ class LeagueStore:
         return [a.id for a in self.registry.agents(type="checkpoint")]
 
     # ---- every step ---------------------------------------------------------------------------
-    def record(self, matches: list[tuple[list[str], list[float]]], step: int) -> None:
-        """The step's rating matches, pooled into blocks of ``games_per_match``, rated."""
-        if matches:
-            rated = self.pooler.add(matches)
+    def record(self, matches: list[tuple[list[str], list[float]]], step: int) -> int:
+        """The step's rating matches, pooled into blocks of ``games_per_match``, rated. A game
+        with a checkpoint that has left the league since its batch seated it (batches played
+        ahead: asynchronous collection) rates nobody; returns how many there were."""
+        kept = [(ids, scores) for ids, scores in matches if not self.departed.intersection(ids)]
+        if kept:
+            rated = self.pooler.add(kept)
             if rated:
                 self.registry.record_matches(rated, step=step, source="train")
+        return len(matches) - len(kept)
 
     def promote(self, step: int, state: LeagueState, learner: str, save_adapter: SaveAdapter,
                 coverages: dict[int, float]) -> Promotion | None:
@@ -155,6 +161,7 @@ class LeagueStore:
         for agent in pruned:
             self.registry.remove_agent(agent.id)
             self.pooler.forget(agent.id)
+            self.departed.add(agent.id)
             self.pruned.append((step, agent.adapter_path))
             self.event(f"step {step}: {agent.id} left the league (older than the recent window)")
         return [agent.id for agent in pruned]

@@ -10,6 +10,11 @@ Every rank's rollout worker serves the league's checkpoints: the lead from the l
 adapter directories, a follower from copies of its own in a private temporary directory (no
 shared file system needed): at start it writes the lead's files, and for each checkpoint that
 joins later it saves its own adapter, whose weights are the same on every rank.
+
+A checkpoint that leaves the league stays served until every batch that may have seated it has
+been trained on: at once in a synchronous run (the batch just trained was the last one played),
+a few batches later under asynchronous collection, whose producer may be playing games with it
+when the prune happens (``Engine.last_seated_batch``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class RankSync:
         self.lead = True  # set when training starts (attach)
         self.worker = None
         self.copies: str | None = None  # a follower's own adapter copies
+        self.leaving: list[tuple[int, str]] = []  # (last batch that may seat it, id): pruned, still served
+        self.trained_through = -1  # the index of the last batch trained on
         self._warned_adapter_cap = False
 
     def attach(self, worker, lead: bool) -> None:
@@ -85,18 +92,36 @@ class RankSync:
                 save_adapter(path, promotion.learner)
             self.worker.register_adapter(promotion.agent, path)
 
-    def forget(self, pruned: list[str]) -> None:
-        """Checkpoints that left the league, no longer served (a follower deletes its copies;
-        the lead's files go once no resumable checkpoint names them: ``store``)."""
-        for agent_id in pruned:
+    def forget(self, pruned: list[str], seated_through: int) -> None:
+        """Checkpoints that left the league, no longer served once the batches up to
+        ``seated_through`` (those that may have seated them) have been trained on (a follower
+        deletes its copies then; the lead's files go once no resumable checkpoint names them,
+        ``store``, and none of these is still served, :attr:`still_served`)."""
+        self.leaving += [(seated_through, agent_id) for agent_id in pruned]
+        self._release()
+
+    def trained(self, index: int) -> None:
+        """Batch ``index`` has been trained on: its games are over."""
+        self.trained_through = max(self.trained_through, index)
+        self._release()
+
+    @property
+    def still_served(self) -> set[str]:
+        """Checkpoints that left the league whose games may still be going on."""
+        return {agent_id for _, agent_id in self.leaving}
+
+    def _release(self) -> None:
+        done = [agent_id for through, agent_id in self.leaving if through <= self.trained_through]
+        self.leaving = [(through, agent_id) for through, agent_id in self.leaving if through > self.trained_through]
+        for agent_id in done:
             self.worker.forget_adapter(agent_id)
             if not self.lead:
                 shutil.rmtree(os.path.join(self._copies_dir(), agent_id), ignore_errors=True)
 
-    def follow(self, news: StepNews, save_adapter: SaveAdapter) -> None:
+    def follow(self, news: StepNews, save_adapter: SaveAdapter, seated_through: int) -> None:
         """A follower's part of a step: what the lead promoted and pruned, on its own worker."""
         self.serve(news.promoted, save_adapter)
-        self.forget(news.pruned)
+        self.forget(news.pruned, seated_through)
 
     def warn_if_adapters_thrash(self, checkpoints: int) -> None:
         """Once per run: a league with more checkpoints than the worker holds reloads adapters
