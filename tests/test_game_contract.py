@@ -681,6 +681,23 @@ def test_a_snapshot_is_the_position_and_playing_it_leaves_the_original_untouched
     assert _play_out(env, np.random.default_rng(2)) == _play_out(fresh, np.random.default_rng(2))
 
 
+@pytest.mark.parametrize("config", configs(ARENA))
+def test_a_move_the_wrapped_game_rejects_in_a_snapshot_counts_in_the_snapshot_only(config):
+    """Under ``invalid_move="game"`` TextArena rejects a text itself (its error allowance): the
+    copy counts it; the original neither sees it nor plays differently after."""
+    seed, moves = running_line(config, 1, invalid_move="game")
+    env = started(config, seed, moves, invalid_move="game")
+    before = _view(env)
+    twin = env.snapshot(seed=123)
+    mover = twin.agent_selection
+    twin.step(UNKNOWN)
+    assert twin.invalid_moves[mover] == env.invalid_moves[mover] + 1 and twin.infos[mover]["invalid_move"]
+    _play_out(twin, np.random.default_rng(1))
+    assert _view(env) == before, "a move rejected in the copy counted in the original"
+    fresh = started(config, seed, moves, invalid_move="game")
+    assert _play_out(env, np.random.default_rng(2)) == _play_out(fresh, np.random.default_rng(2))
+
+
 @pytest.mark.parametrize("config", ALL)
 def test_two_snapshots_with_one_seed_play_alike_and_an_invalid_move_draws_from_the_new_stream(config):
     """Same seed, same actions: the same game (the random invalid-move policy included, drawing

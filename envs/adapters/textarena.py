@@ -283,6 +283,21 @@ def family(env_id: str) -> str:
 
 
 # ---- the rules object --------------------------------------------------------------------
+class _RejectionRecorder:
+    """``state.set_invalid_move`` that also tells the rules a text was rejected. An object that
+    holds the rules and the bound method, not a closure: a deep copy of the game (a snapshot)
+    copies it bound to the copy's rules and state (a closure would stay bound to the original's,
+    and a move rejected in the copy would count against the original game)."""
+
+    def __init__(self, rules: TextArenaRules, set_invalid_move: Callable[..., Any]) -> None:
+        self.rules = rules
+        self.set_invalid_move = set_invalid_move
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.rules._rejected = True
+        return self.set_invalid_move(*args, **kwargs)
+
+
 class TextArenaRules:
     """The ``GameRules`` of one TextArena game in progress; moves are the texts it is sent.
 
@@ -322,13 +337,7 @@ class TextArenaRules:
                 error_allowance = NO_ALLOWANCE_LIMIT
             if error_allowance is not None and hasattr(state, "error_allowance"):
                 state.error_allowance = error_allowance
-            set_invalid_move = state.set_invalid_move
-
-            def recording_set_invalid_move(*args: Any, **kwargs: Any) -> Any:
-                self._rejected = True
-                return set_invalid_move(*args, **kwargs)
-
-            state.set_invalid_move = recording_set_invalid_move
+            state.set_invalid_move = _RejectionRecorder(self, state.set_invalid_move)
             self._collect()
 
     @contextlib.contextmanager

@@ -3,8 +3,9 @@
 A :class:`MultiTurnEpisode` is the engine specification's chat loop. Each turn:
 
 1. the actor's prompt is built from its own view of the transcript: its system prompt, every
-   public message (its own as ``assistant`` turns, the others' as ``user`` turns signed with the
-   speaker's name, the environment's unsigned), and then its **private observation**
+   public message (its own as ``assistant`` turns, the others' as ``user`` turns with every
+   line signed with the speaker's name, the environment's unsigned: no line a model wrote can
+   pass for the referee's or another speaker's), and then its **private observation**
    (``get_observation``), which goes into this prompt only and is never added to the transcript,
    so no other role ever reads it (a negotiator's valuations, a card in hand);
 2. the actor's policy answers; the answer is added to the transcript as a public message;
@@ -40,6 +41,13 @@ ENV = "env"
 """The speaker of the environment's public messages (opening prompt, ``env_response``)."""
 
 
+def signed(speaker: str, text: str) -> str:
+    """``text`` with every line signed ``speaker: ``, as it reaches another reader: a message
+    whose own lines read ``Referee: ... accepts`` cannot pass for the environment's (unsigned)
+    announcement or for another speaker's line."""
+    return "\n".join(f"{speaker}: {line}" for line in text.splitlines() or [""])
+
+
 @dataclass
 class Message:
     """One public message of the transcript: who wrote it (a role, or :data:`ENV`) and what."""
@@ -65,11 +73,12 @@ class ChatState:
     """Why the loop stopped early ("cut_off_prompt": a prompt was longer than the model's context)."""
 
     def transcript_text(self, names: dict[str, str] | None = None) -> str:
-        """The public transcript, one ``speaker: text`` paragraph per message (the environment's
-        unsigned); ``names`` renames speakers (a judge may read "Debater A" for ``pro``)."""
+        """The public transcript, one paragraph per message, every line of it signed by its
+        speaker (:func:`signed`; the environment's unsigned); ``names`` renames speakers (a judge
+        may read "Debater A" for ``pro``)."""
         names = names or {}
         return "\n\n".join(
-            message.text if message.speaker == ENV else f"{names.get(message.speaker, message.speaker)}: {message.text}"
+            message.text if message.speaker == ENV else signed(names.get(message.speaker, message.speaker), message.text)
             for message in self.transcript
         )
 
@@ -162,7 +171,7 @@ class MultiTurnEpisode(Episode):
             elif message.speaker == ENV:
                 turns.append(("user", message.text))
             else:
-                turns.append(("user", f"{message.speaker}: {message.text}"))
+                turns.append(("user", signed(message.speaker, message.text)))
         if observation:
             turns.append(("user", observation))
         if not turns or turns[-1][0] != "user":

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
+from sp_lightning.episodes.chat import signed
 from sp_lightning.judges import Judge
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
@@ -62,7 +63,7 @@ def judge_prompt(rollout: Rollout, extras: dict[str, Any]) -> list[dict[str, str
     """The judge reads the topic and the arguments, the debaters under this debate's neutral names."""
     state: ChatState = extras["state"]
     names = dict(zip(state.data["order"], NAMES))
-    arguments = "\n\n".join(f"{names[m.speaker]}: {m.text}" for m in state.transcript if m.speaker in names)
+    arguments = "\n\n".join(signed(names[m.speaker], m.text) for m in state.transcript if m.speaker in names)
     return [
         {"role": "system", "content": "You judge debates. Decide who argued better, not who you agree with."},
         {"role": "user", "content": f"Topic: {state.data['topic']}\n\n{arguments}\n\n"
