@@ -65,10 +65,13 @@ DECISIONS_PER_YEAR = 5 * 34
 """At most two movement phases, two retreat phases and one adjustment phase of 34 units each."""
 HOLD_ALL = "[hold]"
 """With ``orders="power"``, the one listed move: no orders, every unit holds (what a bot sends)."""
-ORDER_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])?\s*\[?\s*((?:[AF]\s+[A-Z]{3}(?:/[A-Z]{2})?\b[^\]]*)|WAIVE)\s*\]?\s*$",
-                        re.IGNORECASE)
-"""A line of a power's answer that is an order (a bullet, a number or brackets around it allowed);
-other lines (prose) are not read."""
+ORDER_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])?\s*\[?\s*("
+                        r"[AF]\s+[A-Z]{3}(?:/[A-Z]{2})?(?:\s*-\s*[^\]]*|\s+[HSCRDB](?:\s+[^\]]*)?)"
+                        r"|WAIVE)\s*\]?\s*$", re.IGNORECASE)
+"""A line of a power's answer that is an order (a bullet, a number or brackets around it allowed):
+a unit and its site, then a move (``-``) or an order letter (hold, support, convoy,
+retreat, disband, build) on its own; other lines (prose, such as "A few thoughts: hold.") are
+not read."""
 PHASE_KINDS = {"M": "movement", "R": "retreats", "A": "adjustments"}
 SEASONS = {"S": "spring", "F": "fall", "W": "winter"}
 
@@ -165,7 +168,7 @@ class DiplomacyRules:
             found = ORDER_LINE.match(line)
             if found is None:
                 continue  # prose around the orders
-            order = " ".join(found.group(1).upper().split())
+            order = " ".join(found.group(1).upper().replace("-", " - ").split())  # "A VIE-BUD" too
             decision = next((d for d in self.pending if d.power == power and order in d.options), None)
             if decision is None:
                 illegal += 1

@@ -334,6 +334,16 @@ def test_a_power_gives_its_orders_one_per_line_and_illegal_lines_hold_and_are_co
     assert "Last phase S1901M: AUSTRIA: A BUD - SER, A VIE - GAL, F TRI - ALB" in env.observe("player_0")["text"]
 
 
+def test_prose_that_starts_like_a_unit_is_not_read_as_an_order():
+    """A sentence whose first words look like a unit and a site ("A few ...", "F you") is prose:
+    not an illegal order; an order is a unit, its site, then a move or an order letter."""
+    env = DiplomacyEnv(orders="power")
+    env.reset(seed=0)
+    env.step("A few thoughts: hold the line.\nF you\nA war is coming.\nA VIE-BUD\nA BUD H\nF TRI H")
+    assert env.game.chosen["AUSTRIA"] == ["A VIE - BUD", "A BUD H", "F TRI H"]
+    assert env.invalid_moves["player_0"] == 0 and not env.infos["player_0"]["invalid_move"]
+
+
 def test_a_game_of_calls_per_power_runs_to_the_cap():
     env = DiplomacyEnv(orders="power", max_years=2)
     phases = _play(env, 0)
