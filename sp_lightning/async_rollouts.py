@@ -135,6 +135,11 @@ class SerializedWorker(RolloutWorker):
         """The thread whose calls lend the arena and end once stopping (None: no producer)."""
         self._producer = thread
 
+    def unbind_producer(self, thread: threading.Thread) -> None:
+        """``thread`` ends: no producer, unless another has been bound since."""
+        if self._producer is thread:
+            self._producer = None
+
     @contextmanager
     def _serialized(self) -> Iterator[None]:
         on_producer = self._producer is not None and threading.current_thread() is self._producer
@@ -246,6 +251,7 @@ class AsyncCollector:
         self.worker = SerializedWorker(worker, self.baton, self.stopping)
         self.queue: queue.Queue = queue.Queue(maxsize=settings.queue_size)
         self.thread: threading.Thread | None = None
+        self._unfinished: threading.Thread | None = None  # a producer that outlived stop's timeout
         self.dropped_records = 0
         self.dropped_batches = 0  # batches of which every record was too old
         self.error: BaseException | None = None  # the producer's, raised on the trainer's thread
@@ -260,6 +266,10 @@ class AsyncCollector:
         baton and keeps it, lending it while it waits and trains."""
         if self.thread is not None:
             return
+        if self._unfinished is not None and self._unfinished.is_alive():
+            raise RuntimeError("asynchronous rollouts: the previous producer thread is still inside a worker call "
+                               "(stop timed out); a second producer would play beside it")
+        self._unfinished = None
         if not self.baton.held_here():
             self.baton.take()
         self.stopping.clear()
@@ -282,6 +292,8 @@ class AsyncCollector:
                 self.thread.join(timeout=0.1)
         stopped = not self.thread.is_alive()
         self._drain()
+        if not stopped:  # still inside a worker call: it ends at the next one (stopping stays set)
+            self._unfinished = self.thread
         self.thread = None
         if stopped:
             self.stopping.clear()
@@ -318,7 +330,7 @@ class AsyncCollector:
         except BaseException as error:  # handed to the trainer's thread, which raises it
             self.error = error
         finally:  # calls from any other thread (validate after fit) are the trainer's again
-            self.worker.bind_producer(None)
+            self.worker.unbind_producer(threading.current_thread())
 
     def next_batch(self, trainer_version: int) -> Batch:
         """The next queued batch, its records older than ``max_policy_lag`` versions behind

@@ -232,6 +232,37 @@ def test_stop_ends_the_producer_at_its_next_worker_call_and_frees_the_arena():
         assert pool.submit(worker.generate, request, SamplingSettings()).result()
 
 
+def test_a_producer_that_outlives_stop_is_not_joined_by_a_second_one():
+    """stop() times out while the producer is stuck in a worker call: start() refuses to run a
+    second producer beside it; once it has left, a new producer starts and keeps its binding
+    (the old one's exit does not clear it)."""
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+
+    class StuckWorker(VersionStampingWorker):
+        def generate(self, requests, sampling):
+            entered.set()
+            release.wait(timeout=30)
+            return super().generate(requests, sampling)
+
+    collector, worker, _ = _collector(StuckWorker(), AsyncRolloutSettings(queue_size=1))
+    collector.start()
+    _wait_for(entered.is_set, collector.baton)  # the producer is inside generate
+    assert not collector.stop(timeout=0.3)
+    with pytest.raises(RuntimeError, match="previous producer thread is still inside a worker call"):
+        collector.start()
+    old = collector._unfinished
+    release.set()
+    old.join(timeout=30)
+    collector.start()
+    try:
+        assert worker._producer is collector.thread and collector.thread is not old
+        collector.next_batch(trainer_version=0)
+    finally:
+        collector.stop()
+
+
 def test_a_producer_failure_is_raised_on_the_trainer_thread():
     failing = VersionStampingWorker(fail_at=3, fail=RuntimeError("engine core died"))
     collector, _, _ = _collector(failing, AsyncRolloutSettings())
