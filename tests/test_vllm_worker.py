@@ -313,3 +313,20 @@ def test_a_policy_that_trains_every_weight_is_refused():
     model, tok = load_policy(PolicySettings(lora=None))
     with pytest.raises(ValueError, match="policy.lora: null"):
         VLLMRolloutWorker(model, tok)
+
+
+def test_ranks_sharing_a_set_adapter_dir_write_into_folders_of_their_own(tmp_path, monkeypatch):
+    """Each rank's version folders are named alike (``learner-v<step>-...``): several ranks given
+    one ``adapter_dir`` write under ``rank<N>/`` in it; one process writes into it as it is.
+    (The rank is injected: the process group of a real multi-rank run is not needed to name it.)"""
+    from sp_lightning.model import load_policy
+    from sp_lightning.rollout import vllm
+
+    model, tok = load_policy(PolicySettings(lora=LoraSettings(r=16, trainable_tokens=None)))
+    assert VLLMRolloutWorker(model, tok, adapter_dir=str(tmp_path)).root == str(tmp_path)
+    monkeypatch.setattr(vllm, "world_size", lambda: 2)
+    roots = []
+    for rank in (0, 1):
+        monkeypatch.setattr(vllm, "rank", lambda rank=rank: rank)
+        roots.append(VLLMRolloutWorker(model, tok, adapter_dir=str(tmp_path)).root)
+    assert roots == [str(tmp_path / "rank0"), str(tmp_path / "rank1")]

@@ -59,6 +59,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+from sp_lightning.distributed import rank, world_size
 from sp_lightning.learners import adapter_of, learner_names
 from sp_lightning.rollout.adapter_files import AdapterFiles
 from sp_lightning.rollout.base import (
@@ -129,6 +130,8 @@ class VLLMRolloutWorker(RolloutWorker):
             seed: The engine's sampling seed.
             adapter_dir: Where learner versions (and a built-in model) are written; by default
                 a new directory under ``/dev/shm`` where it exists, else the system temp dir.
+                With several data-parallel ranks each writes under ``rank<N>/`` in it (their
+                version folders' names would collide).
             engine_kwargs: Further ``vllm.LLM`` arguments, passed as they are.
             max_prompt_tokens: Longest prompt sent to the engine, as on the Hugging Face
                 backend: a longer one is refused, not truncated; by default (and never above)
@@ -157,6 +160,8 @@ class VLLMRolloutWorker(RolloutWorker):
         if dtype is None:
             dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         self._owns_root = adapter_dir is None
+        if adapter_dir is not None and world_size() > 1:  # one engine per rank: folders of its own
+            adapter_dir = os.path.join(adapter_dir, f"rank{rank()}")
         self.root = adapter_dir or ram_temp_dir("sp_lightning_vllm_")
         os.makedirs(self.root, exist_ok=True)
         self.adapters = AdapterFiles(model, self.root)
