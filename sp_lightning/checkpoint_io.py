@@ -37,7 +37,8 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from sp_lightning.atomic_file import atomic_write, remove_stray_temp_files, temp_path
-from sp_lightning.checkpoints import unreadable
+from sp_lightning.checkpoints import unreadable, unreadable_reason
+from sp_lightning.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 raise unreadable(path, "ckpt_path", err) from err
             log.warning("checkpoint %s cannot be read (%s: %s); loading the previous one, %s",
                         path, type(err).__name__, err, prev)
-            return super().load_checkpoint(prev, *args, **kwargs)
+            try:
+                return super().load_checkpoint(prev, *args, **kwargs)
+            except Exception as prev_err:  # both unreadable: say so of both, not torch's words
+                raise UserError(f"ckpt_path {path}: not a readable checkpoint ({unreadable_reason(path, err)}), and "
+                                f"neither is the one before it, {prev} ({unreadable_reason(prev, prev_err)}); "
+                                f"expected a Lightning .ckpt written by sp-lightning fit") from prev_err
 
     def remove_checkpoint(self, path) -> None:
         super().remove_checkpoint(path)

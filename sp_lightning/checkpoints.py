@@ -33,16 +33,19 @@ def unreadable(path, key: str, error: BaseException) -> UserError:
                          f"(e.g. runs/<run>/checkpoints/last.ckpt)")
     if os.path.isdir(path):
         return UserError(f"{key} {path}: a directory; expected a Lightning .ckpt file")
-    if os.path.getsize(path) == 0:
-        found = "an empty file"
-    elif not zipfile.is_zipfile(path):
-        found = "not a torch archive: truncated, or another kind of file"
-    else:  # torch's own words, without its page on weights_only
-        text = str(error).strip()
-        found = f"a torch archive that does not load: {text.rpartition('WeightsUnpickler error:')[2].strip()[:160]}"
     previous = f"; the one before it is {path}.prev" if os.path.exists(path + ".prev") else ""
-    return UserError(f"{key} {path}: not a readable checkpoint ({found}); expected a Lightning .ckpt written by "
-                     f"sp-lightning fit{previous}")
+    return UserError(f"{key} {path}: not a readable checkpoint ({unreadable_reason(path, error)}); expected a "
+                     f"Lightning .ckpt written by sp-lightning fit{previous}")
+
+
+def unreadable_reason(path, error: BaseException) -> str:
+    """What is wrong with the existing file ``path`` that did not load with ``error``."""
+    if os.path.getsize(path) == 0:
+        return "an empty file"
+    if not zipfile.is_zipfile(path):
+        return "not a torch archive: truncated, or another kind of file"
+    text = str(error).strip()  # torch's own words, without its page on weights_only
+    return f"a torch archive that does not load: {text.rpartition('WeightsUnpickler error:')[2].strip()[:160]}"
 
 
 def read_checkpoint(path, key: str) -> dict:
@@ -137,6 +140,59 @@ def check_adapter_dir(path: str, key: str) -> None:
     if missing:
         raise UserError(f"{key} {path}: a directory without {' and '.join(missing)}; expected a peft adapter "
                         f"directory (a league's adapters/<id>, or save_adapter's) or a Lightning .ckpt file")
+
+
+_ADAPTER_TENSORS = ((".lora_A.weight", 1, "in_features"), (".lora_B.weight", 0, "out_features"),
+                    (".token_adapter.trainable_tokens_delta", 1, "embedding_dim"))
+"""A saved adapter tensor's name ending, the dimension of it that the base module fixes, and
+that module's attribute for it."""
+
+
+def check_adapter_fits(path: str, key: str, model) -> None:
+    """Refuse, before anything is played, an adapter directory whose tensors cannot sit on
+    ``model``'s base model (an adapter of another config's model: another hidden size, depth or
+    architecture), from the shapes in its file's header: nothing is loaded. Another LoRA rank or
+    other target modules fit (peft loads an adapter with its own LoRA settings beside the
+    learner's). Without it the misfit surfaces when the adapter first plays, as a dump of
+    ``size mismatch for ...lora_A...``."""
+    if not hasattr(model, "peft_config"):
+        return  # served as a checkpoint only with LoRA: refused elsewhere with its key
+    from safetensors import safe_open
+
+    file = os.path.join(path, "adapter_model.safetensors")
+    try:
+        with safe_open(file, "pt") as f:
+            shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}  # noqa: SIM118 (not a dict)
+    except Exception as error:  # truncated, or not a safetensors file
+        raise UserError(f"{key} {path}: {file} cannot be read ({_first_line(error)}); expected the adapter "
+                        f"save_adapter writes") from error
+    modules = dict(model.named_modules())
+    for name, shape in shapes.items():
+        for ending, dim, attribute in _ADAPTER_TENSORS:
+            if not name.endswith(ending):
+                continue
+            owner = name[: -len(ending)]
+            if owner not in modules:
+                raise UserError(f"{key} {path}: the adapter does not fit the config's model (its {owner} is not a "
+                                f"module of this model); pass the --config it was trained with")
+            size = _base_size(modules[owner], attribute)
+            if size is not None and shape[dim] != size:
+                raise UserError(f"{key} {path}: the adapter does not fit the config's model ({owner}: {attribute} "
+                                f"{shape[dim]} in the adapter, {size} here); pass the --config it was trained with")
+
+
+def _base_size(module, attribute: str) -> int | None:
+    """``module``'s ``attribute`` (in_features, ...), or its wrapped base layer's (peft wraps it)."""
+    while module is not None:
+        if isinstance(getattr(module, attribute, None), int):
+            return getattr(module, attribute)
+        module = getattr(module, "base_layer", None)
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
 
 
 def adapter_misfit(path: str, key: str, model, error: Exception) -> UserError:

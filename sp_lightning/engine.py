@@ -279,13 +279,15 @@ class Engine:
         check_capabilities(backend, settings, fit)
         from sp_lightning.evaluation.matches import serve_policy
 
-        for game in settings.games:  # a checkpoint directory in an opponent mix: registered, served by name
-            game.serve_checkpoint_dirs(lambda policy: serve_policy(backend, policy))
+        for index, game in enumerate(settings.games):  # an adapter directory in an opponent mix: served by name
+            game.serve_checkpoint_dirs(lambda policy, key=f"data.games[{index}].opponents":
+                                       serve_policy(backend, policy, fits=model, key=key))
         # evaluation opponents given as adapter directories (checkpoint:<dir>): registered here,
         # before any game (and before a producer thread plays), then served by name (``served``)
         specs = [settings.eval.opponent, *settings.eval.also_against,
                  *(held.opponent for held in settings.eval.held_out if held.opponent)]
-        self._served = {spec: serve_policy(backend, spec) for spec in dict.fromkeys(specs)}
+        self._served = {spec: serve_policy(backend, spec, fits=model, key="data.eval") for spec in dict.fromkeys(specs)}
+        self._policy_model = model  # what a later opponent's adapter must fit (``served``)
         self.settings = settings
         self.games = settings.games
         self.sampling = settings.sampling
@@ -388,7 +390,7 @@ class Engine:
         if spec not in self._served:
             from sp_lightning.evaluation.matches import serve_policy
 
-            self._served[spec] = serve_policy(self.worker, spec)
+            self._served[spec] = serve_policy(self.worker, spec, fits=self._policy_model, key="--opponent")
         return self._served[spec]
 
     def eval_sampling(self) -> SamplingPlan:

@@ -84,7 +84,7 @@ class EpisodeLog:
             self._file = self._open(self.settings.path)
             # runs appended to one file (a resumed fit, several rollout runs) start with this line
             self._file.write(f"{_timestamp()} log_open batch={self.batch_index} pid={os.getpid()}\n")
-        body = " ".join(f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in fields.items())
+        body = " ".join(f"{key}={_json(value, default=str)}" for key, value in fields.items())
         self._file.write(f"{_timestamp()} {event} batch={self.batch_index} {body}\n")
 
     def episode_start(self, episode_id: str, episode, seed: int) -> None:
@@ -118,8 +118,7 @@ class EpisodeLog:
             if self._records is None:
                 self._records = self._open(self.settings.records)
             for record in records:
-                self._records.write(json.dumps({"batch": self.batch_index, **decoded_record(record, self.tokenizer)},
-                                               ensure_ascii=False) + "\n")
+                self._records.write(_json({"batch": self.batch_index, **decoded_record(record, self.tokenizer)}) + "\n")
             self._records.flush()
         self._file.flush()
 
@@ -128,3 +127,13 @@ class EpisodeLog:
             if handle is not None:
                 handle.close()
         self._file = self._records = None
+
+
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
+def _json(value: Any, **kwargs: Any) -> str:
+    """``value`` as JSON on one line for every reader: non-ASCII text kept readable, but the
+    characters that ``str.splitlines`` (and so a line-by-line reader) takes for line breaks,
+    which a model may write, escaped (JSON escapes ``\\n`` and ``\\r`` itself)."""
+    return json.dumps(value, ensure_ascii=False, **kwargs).translate(_LINE_BREAKS)

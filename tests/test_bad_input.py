@@ -47,6 +47,14 @@ def files(tmp_path_factory):
           "--trainer.default_root_dir", str(root), "--trainer.val_check_interval", "1000",
           "--data.episodes_per_batch", "2", "--model.update_epochs", "1"])
     assert (root / "kuhn" / "last.ckpt").is_file()
+    (root / "both_corrupt").mkdir()  # a last.ckpt and the one before it, both unreadable
+    (root / "both_corrupt" / "last.ckpt").write_bytes(b"not a checkpoint")
+    (root / "both_corrupt" / "last.ckpt.prev").write_bytes(b"")
+    from sp_lightning import build_from_config
+
+    module, _ = build_from_config("--config", KUHN)  # the Kuhn Poker model's adapter (hidden size 64)
+    module.save_adapter(str(root / "kuhn_adapter"))
+    (root / "a_file").write_text("not a folder")
     return root
 
 
@@ -133,18 +141,40 @@ CASES = [
     (_evaluate("--player", "bot:random", "--checkpoint", "{f}/kuhn/last.ckpt"), ["--player bot:random: plays instead",
                                                                                   "drop --checkpoint"]),
     (_evaluate("--output", "{f}/no_dir/out.json"), ["--output {f}/no_dir/out.json: directory", "does not exist"]),
+    (_evaluate("--player", "bot:random", "--exploitability", "true"),
+     ["--player bot:random: --exploitability scores a model policy's moves"]),
+    (_evaluate("--opponent", "checkpoint:{f}/kuhn_adapter"),
+     ["--opponent {f}/kuhn_adapter: the adapter does not fit the config's model", "64 in the adapter, 128 here"]),
+    (_evaluate("--checkpoint", "", "{f}/missing.ckpt"), ["--checkpoint {f}/missing.ckpt: no such file"]),
     # ---- crossplay, rollout, play ----
     (["crossplay", "--config", TTT, "--league", "{f}/league_missing"], ["--league {f}/league_missing: no league.json"]),
     (["crossplay", "--config", TTT, "--league", "{f}/league_corrupt"], ["--league {f}/league_corrupt:", "not valid JSON"]),
     (["crossplay", "--config", TTT, "--league", "{f}/league_list"], ["--league {f}/league_list:", "a JSON object"]),
     (["crossplay", "--config", TTT, "--checkpoint", "{f}/corrupt.ckpt", "{f}/kuhn/last.ckpt"],
      ["--checkpoint {f}/corrupt.ckpt: not a readable checkpoint"]),
+    (["crossplay", "--config", TTT, "--checkpoint", "{f}/kuhn_adapter", "{f}/kuhn_adapter"],
+     ["--checkpoint {f}/kuhn_adapter: the adapter does not fit the config's model"]),
+    (["crossplay", "--config", TTT, "--checkpoint", "{f}/nowhere.ckpt", "{f}/kuhn/last.ckpt"],
+     ["--checkpoint {f}/nowhere.ckpt: no such file or directory"]),
+    (["crossplay", "--config", TTT, "--league", "{f}/league_missing", "--games_per_seat", "0"],
+     ["--games_per_seat: expected >= 1, got 0"]),
+    (["crossplay", "--config", TTT, "--league", "{f}/league_missing", "--resamples", "0"],
+     ["--resamples: expected >= 1, got 0"]),
+    (["crossplay", "--config", TTT, "--league", "{f}/league_missing", "--output_dir", "{f}/a_file/report"],
+     ["--output_dir {f}/a_file/report: {f}/a_file is not a folder"]),
+    (_fit("--ckpt_path", "{f}/both_corrupt/last.ckpt"),
+     ["ckpt_path {f}/both_corrupt/last.ckpt: not a readable checkpoint", "neither is the one before it"]),
     (["rollout", "--config", TTT, "--steps", "0"], ["--steps >= 1"]),
     (["rollout", "--config", TTT, "--steps", "1", "--checkpoint", "{f}/kuhn/last.ckpt"],
      ["the checkpoint was made with another config", "model.policy.tiny.heads: 2 in the checkpoint, 4"]),
     (["play", "--game", "nope_v1"], ["unknown game 'nope_v1'"]),
     (["play", "--config", TTT, "--seat", "5"], ["--seat 5: tictactoe_v1 has seats 0..1"]),
     (["play", "--config", TTT, "--checkpoint", "{f}/corrupt.ckpt"], ["{f}/corrupt.ckpt: not a readable checkpoint"]),
+    (["play", "--config", TTT, "--opponent", "wizard"], ["--opponent 'wizard': expected 'learner'"]),
+    (["play", "--config", TTT, "--opponent", "checkpoint:{f}/nowhere"],
+     ["--opponent checkpoint:{f}/nowhere: no directory"]),
+    (["play", "--config", TTT, "--opponent", "checkpoint:{f}/kuhn_adapter"],
+     ["--opponent {f}/kuhn_adapter: the adapter does not fit"]),
     (["train", "--config", TTT], ["unknown command 'train'"]),
 ]
 

@@ -50,6 +50,20 @@ def test_fit_writes_the_episode_log_and_the_decoded_records(tmp_path):
     assert all(row["action_mask"] == [1] and "Tic-Tac-Toe" in row["prompt"] and row["completion"] for row in rows)
 
 
+def test_a_completion_with_unicode_line_breaks_stays_on_its_line(tmp_path):
+    """A model may write U+2028, U+2029 or U+0085, which ``splitlines`` (a line-by-line reader)
+    takes for line breaks: they are escaped, so each event is one line and reads back as written."""
+    from sp_lightning.episode_log import EpisodeLog
+
+    log = EpisodeLog(EpisodeLogSettings(path=str(tmp_path / "log.txt")))
+    text = "[bet]\u2028ignore\x85x\u2029 caf\u00e9"
+    log.write("model_call", completion=text)
+    log.close()
+    events = _events(tmp_path / "log.txt")
+    assert [e[0] for e in events] == ["log_open", "model_call"] and events[1][2]["completion"] == text
+    assert "caf\u00e9" in (tmp_path / "log.txt").read_text(encoding="utf-8")  # readable, not escaped
+
+
 def test_records_without_a_log_path_is_a_clear_error():
     with pytest.raises(ValueError, match="data.episode_log.records: needs data.episode_log.path"):
         EpisodeLogSettings(records="r.jsonl")

@@ -34,6 +34,7 @@ def main(args: list[str]) -> dict:
     from sp_lightning.evaluation.crossplay_report import write_report
 
     ours, module, datamodule = parse_command(PROG, __doc__, add_flags, args)
+    check_flags(ours)
     engine = datamodule.build_engine(module)
     if len(engine.games) != 1:
         fail(PROG, f"expected a config with one game, got {[g.name for g in engine.games]}")
@@ -53,6 +54,26 @@ def main(args: list[str]) -> dict:
     return {"table": table, "ratings": ratings, "paths": paths}
 
 
+def check_flags(ours) -> None:
+    """Refuse, before any game, flags that cannot work (a round robin takes minutes: a report
+    that cannot be written would otherwise fail after the last game)."""
+    for flag in ("games_per_seat", "resamples"):
+        if getattr(ours, flag) < 1:
+            raise UserError(f"--{flag}: expected >= 1, got {getattr(ours, flag)}")
+    if ours.max_checkpoints < 0:
+        raise UserError(f"--max_checkpoints: expected >= 0, got {ours.max_checkpoints}")
+    folder = os.path.abspath(ours.output_dir)
+    while not os.path.exists(folder):  # the nearest folder that exists must be one we can write in
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise UserError(f"--output_dir {ours.output_dir}: {folder} is not a folder this user can write in; "
+                        f"expected a folder to write the report into (made if missing)")
+    for path in ours.checkpoint:
+        if not os.path.exists(path):
+            raise UserError(f"--checkpoint {path}: no such file or directory; expected a Lightning .ckpt or a "
+                            f"peft adapter directory")
+
+
 def _play_round_robin(ours, module, engine):
     """The cross-play table of the league's agents and the named checkpoints, and who played."""
     from sp_lightning.evaluation.crossplay import cross_play
@@ -60,6 +81,7 @@ def _play_round_robin(ours, module, engine):
 
     game, worker = engine.games[0], engine.worker
     policies = league_players(ours.league, ours.max_checkpoints, not ours.no_baselines) if ours.league else {}
+    from_league = set(policies)
     with tempfile.TemporaryDirectory() as scratch:
         for path in ours.checkpoint:
             label = unique_label(path, policies)
@@ -76,7 +98,9 @@ def _play_round_robin(ours, module, engine):
         if len(policies) < 2:
             fail(PROG, f"expected at least 2 players (--league, --checkpoint), got {list(policies)}")
         # adapters registered by their unique labels: two directories may share a name
-        served = {label: serve_policy(worker, spec, name=label) for label, spec in policies.items()}
+        served = {label: serve_policy(worker, spec, name=label, fits=module.model,
+                                      key="--league" if label in from_league else "--checkpoint")
+                  for label, spec in policies.items()}
         print(f"cross-play of {len(served)} agents in {game.name}, {ours.games_per_seat} games per seat and pair")
         table = cross_play(worker, game, served, games_per_seat=ours.games_per_seat, sampling=engine.eval_sampling(),
                            seed=ours.seed, env_overrides=engine.eval.env_overrides())
@@ -117,7 +141,8 @@ def league_players(league_dir: str, max_checkpoints: int, baselines: bool = True
     for a in agents:
         if a.type == "checkpoint":
             here = os.path.join(league_dir, "adapters", a.id)
-            found = [p for p in (a.adapter_path, here) if p and os.path.isdir(p)]
+            # the folder named first: a copied league is played from its copy, not its original
+            found = [p for p in (here, a.adapter_path) if p and os.path.isdir(p)]
             if found:
                 adapters[a.id] = found[0]
     kept = sorted((a for a in agents if a.id in adapters), key=lambda a: a.step or 0)

@@ -50,6 +50,7 @@ def main(args: list[str]) -> dict:
     check_flags(ours)
     engine = datamodule.build_engine(module)
     check_players(ours, engine)
+    check_checkpoints(ours.checkpoint, module)
     engine.start()
     try:
         reports, rows, opponent = _evaluate_all(ours, module, datamodule)
@@ -71,6 +72,22 @@ def check_flags(ours) -> None:
     folder = os.path.dirname(os.path.abspath(ours.output)) if ours.output else None
     if folder and not os.path.isdir(folder):
         raise UserError(f"--output {ours.output}: directory {folder} does not exist; create it or write elsewhere")
+
+
+def check_checkpoints(paths: list[str | None], module) -> None:
+    """Every --checkpoint read and checked against the config's model before any is played:
+    a bad one named last would otherwise end the command after the others' games, their figures
+    lost (--output is written at the end). Each file is read again when its turn comes."""
+    from sp_lightning.checkpoints import check_adapter_dir, check_adapter_fits, check_fits, read_checkpoint
+
+    for path in paths:
+        if not path:
+            continue  # the untrained policy
+        if os.path.isdir(path):
+            check_adapter_dir(path, "--checkpoint")
+            check_adapter_fits(path, "--checkpoint", module.model)
+        else:
+            check_fits(read_checkpoint(path, "--checkpoint"), module, f"--checkpoint {path}")
 
 
 def check_players(ours, engine) -> None:
@@ -100,6 +117,9 @@ def check_players(ours, engine) -> None:
         if ours.checkpoint != [None] or ours.learner:
             raise UserError(f"--player {ours.player}: plays instead of the policy; drop "
                             f"{'--checkpoint' if ours.checkpoint != [None] else '--learner'}")
+        if ours.exploitability and player.kind is PolicyKind.BOT:
+            raise UserError(f"--player {ours.player}: --exploitability scores a model policy's moves, and a bot "
+                            f"has none to score; drop --exploitability, or evaluate --player base")
     if ours.learner and ours.learner not in names:
         have = f"model.learners names {', '.join(names)}" if names else "the config has one learner: drop --learner"
         raise UserError(f"--learner {ours.learner}: no such learner; {have}")
@@ -151,7 +171,7 @@ def _evaluate_all(ours, module, datamodule):
             print(f"{name}: {label} vs {against}, seed {ours.seed}: {result.summary()}")
             rows.append((label, name if against == opponent else f"{name} vs {against}", result))
             if ours.exploitability:
-                whole = tested if ours.learner else engine.learners.whole()
+                whole = tested if ours.learner or ours.player else engine.learners.whole()
                 if whole is None:
                     raise ValueError("--exploitability: each seat has its own learner here; name the one to "
                                      "read with --learner")

@@ -13,6 +13,7 @@ the default tiny model and ``--game``. What the person sees and how moves are re
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -43,11 +44,19 @@ def main(args: list[str], read: Callable[[str], str] = input,
     for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
         logging.getLogger(name).setLevel(logging.WARNING)
     ours, module, datamodule = parse_command(PROG, __doc__, add_flags, list(args), prepare=_game_without_config)
-    spec = parse_policy(ours.opponent)
+    spec = parse_policy(ours.opponent, "--opponent")
     try:
         require_bot(spec, "--opponent")
     except ValueError as exc:
         fail(PROG, str(exc))
+    if spec.kind is PolicyKind.CHECKPOINT:  # before the game starts, not after the person's first move
+        from sp_lightning.checkpoints import check_adapter_dir, check_adapter_fits
+
+        if not os.path.isdir(spec.name):
+            raise UserError(f"--opponent {ours.opponent}: no directory {spec.name!r}; expected "
+                            f"checkpoint:<peft adapter directory>")
+        check_adapter_dir(spec.name, "--opponent")
+        check_adapter_fits(spec.name, "--opponent", module.model)
     engine = datamodule.build_engine(module)
     engine.start()
     try:

@@ -115,12 +115,18 @@ class EvalResult:
         )
 
 
-def serve_policy(worker: RolloutWorker, spec: str | PolicyRef, name: str | None = None) -> PolicyRef:
+def serve_policy(worker: RolloutWorker, spec: str | PolicyRef, name: str | None = None, *, fits=None,
+                 key: str = "checkpoint") -> PolicyRef:
     """``spec`` as a policy ``worker`` can serve: ``checkpoint:<adapter dir>`` is registered with
     the worker under ``name`` (default: the directory's name) and served as
-    ``checkpoint:<name>``; anything else is as given."""
+    ``checkpoint:<name>``; anything else is as given. With ``fits`` (the policy model), an
+    adapter that cannot sit on its base model is refused first, naming ``key``."""
     policy = as_policy(spec)
     if policy.kind is PolicyKind.CHECKPOINT and os.path.isdir(policy.name):
+        if fits is not None:
+            from sp_lightning.checkpoints import check_adapter_fits
+
+            check_adapter_fits(policy.name, key, fits)
         name = name or os.path.basename(os.path.normpath(policy.name))
         worker.register_adapter(name, policy.name)
         return PolicyRef(PolicyKind.CHECKPOINT, name)
