@@ -238,9 +238,10 @@ class GRPO(CreditAssigner):
         self._warned = False
 
     def group_key(self, rollout: Rollout, step: Step) -> tuple:
-        """Steps with equal keys compete with each other. Override to group differently."""
+        """Steps with equal keys compete with each other: never two learners' (a league's
+        exploiter and the main agent in one role). Override to group differently."""
         fields = {"episode": rollout.episode, "role": step.role}
-        return (*(fields[f] for f in self.group_by), rollout.group, rollout.level)
+        return (*(fields[f] for f in self.group_by), rollout.group, rollout.level, learner_of(rollout, step.role))
 
     def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
         groups: dict[tuple, list[tuple[StepKey, float]]] = defaultdict(list)
@@ -281,7 +282,8 @@ class RAE(CreditAssigner):
         decay: The moving average's decay.
         by_opponent: Key the baseline by (episode, role, opponents) instead, where opponents
             names who held the other seats (see :func:`opponents_of`); the role's key then reads
-            ``"<role> vs <opponents>"`` in the state dict.
+            ``"<role> vs <opponents>"`` in the state dict (``"<role> (<learner>) vs ..."`` for a
+            named learner's seat: see :meth:`baseline_key`).
         discount: The episode reward reaches a step as ``discount**k * R``, ``k`` the role's
             later moves in the rollout (1: undiscounted, as in SPIRAL). The baseline still
             tracks the undiscounted episode reward.
@@ -304,9 +306,14 @@ class RAE(CreditAssigner):
         self.last_stats: dict[str, float] = {}
 
     def baseline_key(self, rollout: Rollout, role: str) -> tuple[str, str]:
+        """``(episode, role)``; a named learner's seat reads ``<role> (<learner>)`` (two learners
+        in one role, a league's exploiter and the main agent, keep baselines of their own), and
+        with ``by_opponent`` `` vs <opponents>`` follows."""
+        learner = learner_of(rollout, role)
+        seat = f"{role} ({learner})" if learner else role
         if not self.by_opponent:
-            return (rollout.episode, role)
-        return (rollout.episode, f"{role} vs {opponents_of(rollout, role)}")
+            return (rollout.episode, seat)
+        return (rollout.episode, f"{seat} vs {opponents_of(rollout, role)}")
 
     def compute(self, rollouts: list[Rollout]) -> dict[StepKey, float]:
         advantages: dict[StepKey, float] = {}
@@ -344,6 +351,15 @@ class RAE(CreditAssigner):
             for episode, roles in state["baselines"].items()
             for role, value in roles.items()
         }
+
+
+def learner_of(rollout: Rollout, role: str) -> str:
+    """The named learner (``model.learners``) that held ``role``'s seat, "" for the one unnamed
+    learner or a seat without one."""
+    policy = rollout.seats.get(role)
+    if policy is None or policy.kind is not PolicyKind.LEARNER:
+        return ""
+    return policy.name or ""
 
 
 def opponents_of(rollout: Rollout, role: str) -> str:

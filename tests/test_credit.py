@@ -303,6 +303,29 @@ def test_rae_by_opponent_keeps_one_baseline_per_opponent_type():
     assert restored.baselines == credit.baselines
 
 
+def test_two_learners_in_one_role_never_share_a_baseline_or_a_group():
+    """A league's exploiter and the main agent both play x (the exploiters overlay: main plays
+    every role). Main's mirror game (x vs learner:main) and the exploiter's game against main
+    (also x vs learner:main) keep RAE baselines of their own, and GRPO puts them in groups of
+    their own: the exploiter's advantage is its return against its own baseline (0), not
+    against main's self-play."""
+    main, exploiter = PolicyRef("learner", "main"), PolicyRef("learner", "main_exploiter")
+    mirror = rollout({"x": 1.0, "o": -1.0}, seats={"x": main, "o": main})
+    exploit = rollout({"x": -2.0, "o": 2.0}, steps=[learner("x"), bot("o")], seats={"x": exploiter, "o": main})
+    credit = RAE(decay=0.5, by_opponent=True)
+    credit.assign([mirror, exploit])
+    assert exploit.steps[0].advantage == pytest.approx(-2.0)  # main's mirror game moved no baseline of its
+    assert credit.state_dict()["baselines"]["ttt"] == {
+        "x (main) vs learner:main": 0.5, "o (main) vs learner:main": -0.5, "x (main_exploiter) vs learner:main": -1.0}
+    plain = RAE(decay=0.5)
+    plain.assign([rollout({"x": 1.0}, seats={"x": LEARNER})])
+    assert plain.state_dict()["baselines"]["ttt"] == {"x": 0.5}  # the one unnamed learner: as before
+    grpo = [rollout({"x": 1.0, "o": -1.0}, seats={"x": main, "o": main}),
+            rollout({"x": -1.0, "o": 1.0}, steps=[learner("x"), bot("o")], seats={"x": exploiter, "o": main})]
+    GRPO(normalize=False, group_by=("episode", "role")).assign(grpo)
+    assert grpo[1].steps[0].advantage == 0.0  # alone in its group, not -1 against main's +1
+
+
 def test_rae_discount_pays_the_last_move_most():
     """discount 0.5, x moves three times and wins (x 1), o moves twice with an invalid-move
     penalty -0.5 on its last move and loses (o -1); baselines 0. x's moves get [0.25, 0.5, 1],
