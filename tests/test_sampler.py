@@ -56,3 +56,24 @@ def test_processed_logits_by_hand():
     assert processed_logits(logits, SamplingSettings(temperature=0.5, top_k=2)).tolist() == [[4.0, 2.0, -inf, -inf]]
     assert processed_logits(logits, SamplingSettings(temperature=0.5, top_p=0.5)).tolist() == [[4.0, -inf, -inf, -inf]]
     assert processed_logits(logits, SamplingSettings(temperature=0.0, top_k=1)).tolist() == logits.tolist()
+
+
+def test_completions_sampled_from_a_truncated_distribution_say_their_logprobs_are_not_the_trainers(tiny_policy):
+    """top-p / top-k renormalise over the tokens they keep, which the trainer's logprobs do not:
+    the HF worker's completions then say so (and the surrogate, under importance_sampling
+    "auto", corrects them); plain temperature and greedy sampling stay the trainer's own (float32)."""
+    from sp_lightning.rollout import HFRolloutWorker
+    from sp_lightning.types import LEARNER, ModelRequest
+
+    model, tok = tiny_policy
+    worker = HFRolloutWorker(model, tok)
+    request = ModelRequest(role="player_0", messages=[{"role": "user", "content": "Legal moves: [1] [2]"}],
+                           policy=LEARNER)
+    said = {}
+    for name, sampling in {"plain": SamplingSettings(temperature=0.7), "greedy": SamplingSettings(temperature=0.0),
+                           "top_p": SamplingSettings(temperature=0.7, top_p=0.5),
+                           "top_k": SamplingSettings(temperature=1.0, top_k=5)}.items():
+        (completion,) = worker.generate([request], sampling)
+        said[name] = completion.logprobs_from_trainer
+    assert said == {"plain": True, "greedy": True, "top_p": False, "top_k": False}
+    assert SamplingSettings(temperature=0.0, top_p=0.5).truncates is False  # greedy draws the argmax

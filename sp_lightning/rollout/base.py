@@ -56,9 +56,17 @@ class SamplingSettings:
     """0 means greedy decoding."""
     top_p: float = 1.0
     """Nucleus sampling. Training divides its logits by the temperature, as the sampler did, but
-    does not truncate them: with top_p < 1 or top_k > 0 the PPO ratio is approximate."""
+    does not truncate them: with top_p < 1 or top_k > 0 (:attr:`truncates`) the sampler's
+    logprobs are not the trainer's, and every backend says so (``Completion.logprobs_from_trainer``
+    false), so the loss corrects them (``loss.importance_sampling: auto``)."""
     top_k: int = 0
     """0 disables top-k (vLLM's -1)."""
+
+    @property
+    def truncates(self) -> bool:
+        """Whether sampling draws from a truncated distribution (top-p or top-k), whose logprobs
+        differ from the trainer's temperature-only ones."""
+        return self.temperature != 0 and (self.top_p < 1.0 or self.top_k > 0)
 
     def __post_init__(self):
         if self.max_new_tokens < 1:

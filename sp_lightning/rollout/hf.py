@@ -24,10 +24,11 @@ a plain model without adapters gets one call per policy. A call is the worker's 
 (``sampler.sample``: prefill and KV-cached decoding with transformers' warpers, drawing the tokens
 ``model.generate`` draws from the same random state without its set-up per call, which costs
 more than a one-token move's forward on a tiny model). Logprobs come from the processed scores
-(after temperature / top-k / top-p), which is what the sampler drew from. In float32 that is the
-trainer's forward on the same weights, up to rounding, so completions say their logprobs are the
-trainer's (``Completion.logprobs_from_trainer``) and the loss needs no importance correction for
-them. In bf16 it is not: KV-cached decoding sums in another order than the trainer's one forward
+(after temperature / top-k / top-p), which is what the sampler drew from. In float32 and without
+top-k / top-p that is the trainer's forward on the same weights, up to rounding, so completions
+say their logprobs are the trainer's (``Completion.logprobs_from_trainer``) and the loss needs no
+importance correction for them (top-k / top-p renormalise over the tokens kept, which the
+trainer does not: those completions say otherwise, and the loss corrects them). In bf16 it is not: KV-cached decoding sums in another order than the trainer's one forward
 over the whole sequence, and the trainer computes under autocast while this copy holds bf16
 weights, so the two differ by bf16's rounding; completions then say so and the loss corrects
 them like another engine's (``loss.importance_sampling: auto``; ``train/sampler_mismatch``
@@ -463,7 +464,7 @@ class HFRolloutWorker(RolloutWorker):
             completions.append(Completion(text=text, prompt_ids=prompt, completion_ids=ids,
                                           logprobs=row_logprobs[: len(ids)], policy=policy,
                                           policy_version=versions[policy], temperature=sampling.temperature,
-                                          logprobs_from_trainer=self.logprobs_from_trainer))
+                                          logprobs_from_trainer=self.logprobs_from_trainer and not sampling.truncates))
         return completions
 
 
