@@ -99,7 +99,7 @@ def test_a_tournament_plays_every_game_and_lands_as_metrics(tmp_path, monkeypatc
     spec = EvaluatorSpec.read(process.spec_path)
     assert process.spec_path.endswith("evaluations/ckpt-000006-step000004.json")
     assert [g["id"] for g in spec.games] == games and spec.agent == "ckpt-000006"
-    assert (spec.gatekeepers, spec.seed, spec.games_per_match) == (["random_bot", "ckpt-000002", "ckpt-000004"], 99_004, 4)
+    assert (spec.gatekeepers, spec.seed, spec.games_per_match) == (["random_bot", "ckpt-000002", "ckpt-000004"], 99_006, 4)
     assert process.poll() == {} and process.running, "no result yet: still playing"
     assert process.in_play == {"ckpt-000006", "random_bot", "ckpt-000002", "ckpt-000004"}  # adapters kept
 
@@ -119,6 +119,8 @@ def test_a_tournament_plays_every_game_and_lands_as_metrics(tmp_path, monkeypatc
 
     process.start(6, _league(best="ckpt-000002"), _players(games))  # the next tournament: the same process
     assert _StandInProcess.started[-1] is child and child.stdin.lines[-1].endswith("-step000006.json")
+    # its deals follow on from the last one's (seeds 99_006 + i, i < 3 per seat): none played twice
+    assert EvaluatorSpec.read(process.spec_path).seed == 99_009
     process.close()
     assert child.stdin.closed and process.process is None
 

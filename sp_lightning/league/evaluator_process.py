@@ -111,7 +111,7 @@ class EvaluatorProcess:
         spec = EvaluatorSpec(policy=asdict(players.policy), games=[game_spec(g) for g in players.games],
                              sampling=asdict(players.sampling), registry=self.registry_path, agent=newest.id,
                              gatekeepers=list(labels), games_per_seat=s.games_per_seat,
-                             games_per_match=self.games_per_match, seed=s.seed + step, step=step, threads=s.threads,
+                             games_per_match=self.games_per_match, seed=s.seed + step // s.every * s.games_per_seat, step=step, threads=s.threads,
                              env_overrides=players.env_overrides or {})
         os.makedirs(self.folder, exist_ok=True)
         spec_path = os.path.join(self.folder, f"{newest.id}-step{step:06d}.json")

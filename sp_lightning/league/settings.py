@@ -78,6 +78,8 @@ class EvaluatorSettings:
     threads: int = 1
     """Torch threads of the evaluator process."""
     seed: int = 99_000
+    """The first tournament's seed; each later one's deals follow on from the one before's
+    (``seed + k * games_per_seat`` for the k-th), so no two tournaments play a deal twice."""
     final_wait: float = 900.0
     """Seconds the end of training waits for a tournament still being played (its result is
     rated and logged); after that the evaluator is stopped, with a warning, and its games are not rated."""
