@@ -371,7 +371,8 @@ def _check_imitation(settings: dict[str, LearnerSettings]) -> None:
 def reset_adapter(model, learner: str, seed: int) -> None:
     """Learner ``learner``'s adapter made fresh again: LoRA A drawn anew from ``seed`` (on forked
     random streams, so every rank draws the same adapter and the run's own streams are untouched),
-    B and trainable token rows zero: the base model's policy."""
+    B zero, and the trainable token rows the base model's own (peft's ``trainable_tokens_delta``
+    holds the rows that replace the embedding's, not a difference to it): the base model's policy."""
     import torch
     from peft.tuners.lora import LoraLayer
     from peft.tuners.trainable_tokens.layer import TrainableTokensLayer
@@ -385,7 +386,7 @@ def reset_adapter(model, learner: str, seed: int) -> None:
             if isinstance(module, LoraLayer) and adapter in module.lora_A:
                 module.reset_lora_parameters(adapter, True)
             elif isinstance(module, TrainableTokensLayer) and adapter in module.trainable_tokens_delta:
-                module.trainable_tokens_delta[adapter].zero_()
+                module.trainable_tokens_delta[adapter].copy_(module.trainable_tokens_original[adapter])
 
 
 def adapter_twins(model, source: str, target: str) -> list:

@@ -30,7 +30,9 @@ import torch
 
 from sp_lightning import distributed, sharding
 from sp_lightning import rng as rng_streams
-from sp_lightning.checkpoints import adapter_misfit, check_adapter_dir, check_fits, read_checkpoint
+from sp_lightning.checkpoints import (
+    adapter_misfit, check_adapter_dir, check_adapter_fits, check_fits, read_checkpoint,
+)
 from sp_lightning.collate import LegalMoves
 from sp_lightning.device_memory import PeakMemory
 from sp_lightning.errors import UserError
@@ -333,7 +335,7 @@ class SelfPlayModule(L.LightningModule):
         has them."""
         path = os.fspath(path)
         if os.path.isdir(path):
-            check_adapter_dir(path, key)
+            self._check_policy_dir(path, key)
             try:
                 load_adapter_dir(self.model, path)
             except RuntimeError as error:  # size mismatch
@@ -344,6 +346,23 @@ class SelfPlayModule(L.LightningModule):
         params = dict(self.named_parameters())
         state = {k: v for k, v in checkpoint["state_dict"].items() if k in params}
         self.load_state_dict(state, strict=False)
+
+    def check_policy_weights(self, path: str | os.PathLike[str], key: str = "--checkpoint") -> None:
+        """What :meth:`load_policy_weights` refuses, refused without loading: a command checks
+        every file it names before it plays any (a bad last one would lose the others' games)."""
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            self._check_policy_dir(path, key)
+        else:
+            check_fits(read_checkpoint(path, key), self, f"{key} {path}")
+
+    def _check_policy_dir(self, path: str, key: str) -> None:
+        check_adapter_dir(path, key)
+        if len(self.learners.names) > 1:
+            raise UserError(f"{key} {path}: an adapter directory holds one policy, and model.learners names "
+                            f"{len(self.learners.names)} ({', '.join(self.learners.names)}); pass the run's "
+                            f"Lightning .ckpt, which holds every learner's adapter")
+        check_adapter_fits(path, key, self.model)
 
     def reset_learner(self, learner: str, seed: int, copy_from: str | None = None) -> None:
         """Learner ``learner``'s adapter made fresh again (``learners.reset_adapter``) or, with

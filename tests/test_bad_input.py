@@ -146,6 +146,8 @@ CASES = [
     (_evaluate("--opponent", "checkpoint:{f}/kuhn_adapter"),
      ["--opponent {f}/kuhn_adapter: the adapter does not fit the config's model", "64 in the adapter, 128 here"]),
     (_evaluate("--checkpoint", "", "{f}/missing.ckpt"), ["--checkpoint {f}/missing.ckpt: no such file"]),
+    (_evaluate("--checkpoint", "{f}/kuhn_adapter", config=os.path.join(ROOT, "configs", "kuhn_poker_two_learners_tiny.yaml")),
+     ["--checkpoint {f}/kuhn_adapter: an adapter directory holds one policy", "pass the run's Lightning .ckpt"]),
     # ---- crossplay, rollout, play ----
     (["crossplay", "--config", TTT, "--league", "{f}/league_missing"], ["--league {f}/league_missing: no league.json"]),
     (["crossplay", "--config", TTT, "--league", "{f}/league_corrupt"], ["--league {f}/league_corrupt:", "not valid JSON"]),

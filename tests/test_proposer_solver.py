@@ -9,9 +9,9 @@ from sp_lightning.arena import Arena
 from sp_lightning.batch import to_records
 from sp_lightning.credit import GRPO
 from sp_lightning.protocols.proposer_solver import (
-    PROPOSER, SOLVER, LargestSolverBot, ProposerEpisode, ProposerSolver, SumSolverBot,
+    PROPOSER, SOLVER, LargestSolverBot, ProposerEpisode, ProposerSolver, SumSolverBot, answered_correctly,
 )
-from sp_lightning.types import LEARNER
+from sp_lightning.types import LEARNER, PolicyRef
 from sp_lightning.rollout.base import SamplingSettings
 from tests.helpers import ScriptedWorker, fit_batches
 
@@ -129,6 +129,23 @@ def test_largest_task_rewards_the_solver_that_names_the_largest():
     assert rollout.metrics["terms"] == 3.0
     assert [c.rewards[SOLVER] for c in rollout.children] == [1.0, 1.0]
     assert rollout.rewards[PROPOSER] == 0.0  # every solver passed: 1 - 2|1 - 0.5|
+
+
+def test_the_default_solver_is_the_tasks_own_and_another_tasks_is_refused():
+    assert ProposerSolver(task="largest").episode.solver_policy == PolicyRef("bot", "largest_solver")
+    assert ProposerSolver().episode.solver_policy == PolicyRef("bot", "sum_solver")
+    with pytest.raises(ValueError, match=r"data.episodes.solver: bot:sum_solver solves another task than task: largest"):
+        ProposerSolver(task="largest", solver="bot:sum_solver")
+
+
+@pytest.mark.parametrize(("answer", "reward"), [
+    ("7", 1.0), ("007", 1.0), ("-7", 0.0), ("it is 6, no, 7", 1.0), ("0", 0.0), ("9" * 5000, 0.0), ("", 0.0),
+])
+def test_the_solver_reward_reads_any_integer_a_model_writes(answer, reward):
+    """Digits compared as written: a model's answer of 5000 digits (int() refuses over 4300) is
+    a wrong answer, not a crash."""
+    assert answered_correctly(None, {"completion": answer, "answer": 7}) == {SOLVER: reward}
+    assert answered_correctly(None, {"completion": "-0", "answer": 0}) == {SOLVER: 1.0}
 
 
 def _fit(tmp_path, steps, *overrides):

@@ -78,16 +78,9 @@ def check_checkpoints(paths: list[str | None], module) -> None:
     """Every --checkpoint read and checked against the config's model before any is played:
     a bad one named last would otherwise end the command after the others' games, their figures
     lost (--output is written at the end). Each file is read again when its turn comes."""
-    from sp_lightning.checkpoints import check_adapter_dir, check_adapter_fits, check_fits, read_checkpoint
-
     for path in paths:
-        if not path:
-            continue  # the untrained policy
-        if os.path.isdir(path):
-            check_adapter_dir(path, "--checkpoint")
-            check_adapter_fits(path, "--checkpoint", module.model)
-        else:
-            check_fits(read_checkpoint(path, "--checkpoint"), module, f"--checkpoint {path}")
+        if path:  # "" or none: the untrained policy
+            module.check_policy_weights(path, "--checkpoint")
 
 
 def check_players(ours, engine) -> None:

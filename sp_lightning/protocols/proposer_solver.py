@@ -99,7 +99,15 @@ TASKS = ("sum", "largest")
 def answered_correctly(rollout: Rollout, extras: dict) -> dict[str, float]:
     """The solver's reward: 1 if the last integer of its answer is the sum, else 0."""
     numbers = _INTEGER.findall(extras.get("completion", ""))
-    return {SOLVER: float(bool(numbers) and int(numbers[-1]) == extras["answer"])}
+    return {SOLVER: float(bool(numbers) and _is_integer(numbers[-1], extras["answer"]))}
+
+
+def _is_integer(text: str, value: int) -> bool:
+    """Whether ``text`` (``-?\\d+``, as a model wrote it) is the integer ``value``, compared as
+    digits: ``int()`` refuses text of over 4300 digits, which a model can write."""
+    digits = text.lstrip("-").lstrip("0") or "0"
+    sign = "-" if text.startswith("-") and digits != "0" else ""
+    return sign + digits == str(value)
 
 
 @dataclass
@@ -185,20 +193,26 @@ class ProposerSolver(EpisodeSource):
     Args:
         solvers: Solver sub-episodes per question (the pass rate's denominator).
         target: The pass rate the proposer is rewarded for hitting.
-        solver: Who solves: ``bot:sum_solver`` (scripted, the default), ``bot:largest_solver`` or
-            ``learner``.
+        solver: Who solves: the task's scripted solver (``bot:sum_solver``, ``bot:largest_solver``:
+            the default, by ``task``) or ``learner``.
         solver_trains: Whether the solvers' steps train (only meaningful for ``learner``).
         solver_accuracy: The scripted solver's chance of getting each addition (comparison) right.
         task: ``sum`` or ``largest`` (see the module docstring).
     """
 
-    def __init__(self, solvers: int = 4, target: float = 0.5, solver: str = "bot:sum_solver",
+    def __init__(self, solvers: int = 4, target: float = 0.5, solver: str | None = None,
                  solver_trains: bool = True, solver_accuracy: float = 0.85, task: str = "sum"):
         if solvers < 1:
             raise ValueError(f"data.episodes.solvers: expected >= 1, got {solvers}")
         if not 0.0 <= target <= 1.0:
             raise ValueError(f"data.episodes.target: expected in [0, 1], got {target}")
         check_accuracy(solver_accuracy)  # now, not at setup
+        scripted = {f"bot:{name}_solver" for name in TASKS}
+        if solver is None:
+            solver = f"bot:{task}_solver"
+        elif solver in scripted and solver != f"bot:{task}_solver":
+            raise ValueError(f"data.episodes.solver: {solver} solves another task than task: {task}; use "
+                             f"bot:{task}_solver (the default) or learner")
         self.solver_accuracy = solver_accuracy
         # one episode serves every request: it keeps nothing between rollouts (each reads its seed
         # from ctx), so its rubrics are built once
