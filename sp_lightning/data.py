@@ -134,10 +134,11 @@ class SelfPlayDataModule(L.LightningDataModule):
         Args:
             games: The games of the training mix, each with its opponents and reward settings;
                 they are also what validation plays. Optional when ``episodes`` is given.
-            episodes_per_batch: Episodes played (per rank) for each optimizer step.
+            episodes_per_batch: Episodes played (per rank) for each training step (one batch).
             sampling: How the rollout worker samples completions (every request's, unless a role's
                 or a policy's own overrides it).
-            credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | EpisodicRewardCredit | Constant).
+            credit: The credit assigner (class_path: sp_lightning.credit.GRPO | RAE | GAE | ContinuationCredit |
+                EpisodicRewardCredit | Constant).
             eval: Evaluation against a fixed opponent at each validation (and on held-out games:
                 ``eval.held_out``).
             seed: Seed of the game schedule (deals, seats, opponents).

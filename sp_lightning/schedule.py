@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Schedule:
-    """A coefficient over training: ``start`` falling linearly to 0 over ``steps`` optimizer steps,
-    never below ``floor``; constant ``start`` when ``steps`` is null."""
+    """A coefficient over training: ``start`` falling linearly to 0 over ``steps`` training steps
+    (batches), never below ``floor``; constant ``start`` when ``steps`` is null."""
 
     start: float = 0.0
     floor: float = 0.0
     """The annealed value never goes below this."""
     steps: int | None = None
-    """Optimizer steps over which ``start`` falls to 0 (then to ``floor``); null: constant."""
+    """Training steps (batches) over which ``start`` falls to 0 (then to ``floor``); null: constant."""
 
     def checked(self, key: str) -> Schedule:
         """This schedule, or an error naming ``key`` (the config key it was read from)."""

@@ -19,6 +19,21 @@ def test_help_lists_every_subcommand_with_a_line_each(capsys):
     assert set(COMMANDS) == {"fit", "validate", "evaluate", "crossplay", "play", "rollout"}
 
 
+def test_a_blocks_help_says_what_each_field_does(capsys):
+    """``--<block>.help`` prints each field's docstring beside its type and default (parsed only
+    when help is asked for: the setting is jsonargparse's, for the whole process, so put back)."""
+    from jsonargparse import set_parsing_settings
+
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            main(["fit", "--model.loss.help"])
+        assert exit_.value.code == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "The ratio is clipped below at 1 - clip_low. (type: float, default: 0.2)" in out
+    finally:
+        set_parsing_settings(docstring_parse_attribute_docstrings=False)
+
+
 def test_an_unknown_command_is_refused_with_the_list(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["train", "--config", TINY])

@@ -59,6 +59,10 @@ def main(args: list[str] | None = None) -> None:
     from sp_lightning.threads import configure_torch_threads, set_wait_policy
 
     set_wait_policy()  # before the subcommand loads torch's OpenMP runtime
+    if _asks_for_help(argv[1:]):  # each field's docstring in its help (parsing them costs time: only then)
+        from jsonargparse import set_parsing_settings
+
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
     command = importlib.import_module(COMMANDS[argv[0]][0])
     configure_torch_threads()
     try:
@@ -68,6 +72,11 @@ def main(args: list[str] | None = None) -> None:
         if message is None:
             raise  # a bug (or --debug): its traceback
         _refuse(argv, message)
+
+
+def _asks_for_help(args: list[str]) -> bool:
+    """``--help``, ``-h`` or a block's ``--<key>.help`` among the arguments."""
+    return any(arg in ("-h", "--help") or arg.partition("=")[0].endswith(".help") for arg in args)
 
 
 def _refuse(argv: list[str], message: str) -> None:
