@@ -229,7 +229,7 @@ class GRPO(CreditAssigner):
     ) -> None:
         unknown = [f for f in group_by if f not in self.FIELDS]
         if unknown:
-            raise ValueError(f"group_by entries must be in {self.FIELDS}, got {tuple(group_by)}")
+            raise ValueError(f"credit.group_by: expected entries among {self.FIELDS}, got {tuple(group_by)}")
         self.normalize = normalize
         self.positive_only = positive_only
         self.eps = eps
@@ -296,9 +296,9 @@ class RAE(CreditAssigner):
         discount: float = 1.0,
     ) -> None:
         if not 0.0 <= decay <= 1.0:
-            raise ValueError(f"decay must be in [0, 1], got {decay}")
+            raise ValueError(f"credit.decay: expected a number in [0, 1], got {decay}")
         if not 0.0 < discount <= 1.0:
-            raise ValueError(f"discount must be in (0, 1], got {discount}")
+            raise ValueError(f"credit.discount: expected a number in (0, 1], got {discount}")
         self.decay = decay
         self.by_opponent = by_opponent
         self.discount = discount
@@ -641,7 +641,7 @@ class Constant(CreditAssigner):
 
     def __init__(self, value: float = 1.0) -> None:
         if not math.isfinite(value):
-            raise ValueError(f"Constant.value: expected a finite number, got {value!r}")
+            raise ValueError(f"credit.value: expected a finite number, got {value!r}")
         self.value = float(value)
         self.last_stats: dict[str, float] = {}
 

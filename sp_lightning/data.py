@@ -186,6 +186,8 @@ class SelfPlayDataModule(L.LightningDataModule):
                              "or an arena in data.arena), got none")
         if episodes_per_batch < 1:
             raise ValueError(f"data.episodes_per_batch: expected >= 1, got {episodes_per_batch}")
+        if seed < 0:  # numpy's generators (the bots') take none
+            raise ValueError(f"data.seed: expected an int >= 0, got {seed}")
         _refuse_overridden_settings(games, opponents, league, episodes)
         self.warm_start_checkpoint = (WarmStartCheckpoint(warm_start.steps)
                                       if warm_start is not None and warm_start.steps else None)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs import make_bots
+from envs.base import INVALID_MOVE_POLICIES
 from sp_lightning import distributed
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena
@@ -94,6 +95,18 @@ class EvalSettings:
     transfer to games the policy never played, logged as ``val/held_out/<game>/...``."""
 
     def __post_init__(self):
+        if not isinstance(self.games, int) or self.games < 1:
+            raise ValueError(f"data.eval.games: expected an int >= 1 (split over the seats), got {self.games!r}")
+        if self.temperature is not None and not self.temperature >= 0:
+            raise ValueError(f"data.eval.temperature: expected >= 0 (0: greedy) or null, got {self.temperature!r}")
+        policies = (*INVALID_MOVE_POLICIES, "game")  # game: TextArena's own rule (envs/adapters/textarena.py)
+        if self.invalid_move is not None and self.invalid_move not in policies:
+            raise ValueError(f"data.eval.invalid_move: expected one of {', '.join(policies)} or null "
+                             f"(each game's own), got {self.invalid_move!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"data.eval.seed: expected an int >= 0, got {self.seed!r}")
+        for index, spec in enumerate(self.also_against):
+            parse_policy(spec, f"data.eval.also_against[{index}]")
         if not isinstance(self.online_games, int) or self.online_games < 0:
             raise ValueError(f"data.eval.online_games: expected an int >= 0, got {self.online_games!r}")
         names = [held.id for held in self.held_out]
@@ -150,6 +163,20 @@ def check_moves_fit(games: list[GameSettings], tokenizer, sampling: SamplingPlan
                 f"max_new_tokens, or with model: tiny add {game.id!r} to model.policy.tiny.games so that its "
                 f"moves are single tokens"
             )
+
+
+def check_learner_roles(games: list[GameSettings], source, learners: Learners | None) -> None:
+    """A learner's role that no game of the run has (``player_7`` of a two-seat game) is refused
+    by name before any game: its seats would otherwise go unplayed, or fail mid-batch. Runs whose
+    roles are not seats (an episode source's protocol roles) are left to their source."""
+    if not learners or not games or not isinstance(source, GameMix):
+        return
+    seats = {agent for game in games for agent in game.agents}
+    for name, learner in learners.settings.items():
+        unknown = [role for role in learner.roles if role != "*" and role not in seats]
+        if unknown:
+            raise ValueError(f"model.learners.{name}.roles: {unknown} are no seats of this run's games; expected "
+                             f"some of {sorted(seats)} (or '*')")
 
 
 def check_league_learners(league: LeagueSettings | None, learners: Learners | None) -> None:
@@ -275,6 +302,7 @@ class Engine:
         check_moves_fit(settings.games, tokenizer, settings.sampling)
         check_moves_fit(held_out, tokenizer, settings.sampling, "data.eval.held_out")
         check_league_learners(settings.league, learners)
+        check_learner_roles(settings.games, settings.source, learners)
         backend = settings.rollout(model, tokenizer)
         check_capabilities(backend, settings, fit)
         from sp_lightning.evaluation.matches import serve_policy

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from sp_lightning.batch import decoded_record, record_means
+from sp_lightning.errors import check_writable
 
 
 @dataclass
@@ -47,6 +48,9 @@ class EpisodeLogSettings:
             raise ValueError(f"data.episode_log.max_chars: expected >= 0, got {self.max_chars}")
         if self.records is not None and self.path is None:
             raise ValueError("data.episode_log.records: needs data.episode_log.path as well (the log it belongs to)")
+        for name in ("path", "records"):
+            if getattr(self, name) is not None:  # refused now, not at the first batch's write
+                check_writable(getattr(self, name), f"data.episode_log.{name}")
 
 
 def _timestamp() -> str:

@@ -162,3 +162,24 @@ def qualify(message: str, keys) -> str:
     if len(matches) != 1 or "[" in head.group(1):
         return message
     return matches.pop() + message[len(head.group(1)):]
+
+
+def check_writable(path: str, key: str, folder: bool = False) -> None:
+    """Refuse, before a run starts, a path the run could not write at its end: a file where a
+    folder is wanted or the reverse, a parent that is a file, or a place this user cannot write
+    in. Missing folders are fine (they are made)."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.exists(path):
+        if folder and not os.path.isdir(path):
+            raise UserError(f"{key} {path}: a file; expected a folder (made if missing)")
+        if not folder and os.path.isdir(path):
+            raise UserError(f"{key} {path}: a folder; expected the path of a file to write")
+    ancestor = path if folder and os.path.isdir(path) else os.path.dirname(path)
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise UserError(f"{key} {path}: {ancestor} is a file, so nothing can be written under it; expected a "
+                        f"path under a folder")
+    if not os.access(ancestor, os.W_OK):
+        raise UserError(f"{key} {path}: {ancestor} is not writable by this user; expected a path this user can "
+                        f"write")

@@ -52,8 +52,6 @@ class GameSettings:
     stated, logged rule; see GameEpisode). Every built-in game ends far sooner."""
 
     def __post_init__(self):
-        if self.max_turns < 1:
-            raise ValueError(f"games[{self.id}].max_turns: expected >= 1, got {self.max_turns}")
         mix = MIRROR if self.opponents is None else self.opponents
         try:
             self._opponents = [(parse_policy(spec, "opponent"), w) for spec, w in mix.items()]
@@ -65,6 +63,8 @@ class GameSettings:
             self._template = make_template(self.template, **prompt, **self.template_args)
         except ValueError as exc:
             raise ValueError(f"games[{self.id}].template: {exc}") from exc
+        except TypeError as exc:  # an argument the template does not take
+            raise ValueError(f"games[{self.id}].template_args: {exc}") from exc
         from envs import make
 
         self._env_factory = partial(make, self.id, **self.env_kwargs)
@@ -77,6 +77,8 @@ class GameSettings:
         if self._facts is not None:
             return
         key = key or f"games[{self.id}]"
+        if not isinstance(self.max_turns, int) or self.max_turns < 1:
+            raise ValueError(f"{key}.max_turns: expected an int >= 1, got {self.max_turns!r}")
         weights = [w for _, w in self._opponents]
         if not weights or any(not w >= 0 for w in weights) or sum(weights) <= 0:
             raise ValueError(f"{key}.opponents: expected weights >= 0 with at least one > 0 (a share of the "

@@ -334,8 +334,8 @@ class Learners:
             return policy
         name = self.roles.get(role, self.every_role)
         if name is None:
-            raise ValueError(f"role {role!r} asked for the learner, and no learner plays it: add it to the roles "
-                             f"of one of model.learners ({', '.join(self.settings)})")
+            raise ValueError(f"model.learners: role {role!r} asked for the learner, and no learner plays it; "
+                             f"expected it among the roles of one of {', '.join(self.settings)}")
         return self.ref(name)
 
 

@@ -152,6 +152,8 @@ class KLPenalty:
     def __post_init__(self):
         if self.reference not in REFERENCES:
             raise ValueError(f"loss.kl.reference: expected one of {REFERENCES}, got {self.reference!r}")
+        if not self.coef >= 0:  # negative: a push away from the reference, which nobody means
+            raise ValueError(f"loss.kl.coef: expected >= 0 (0: off), got {self.coef!r}")
         self.aggregation = Aggregation()
 
     @property
@@ -328,6 +330,11 @@ class LossSettings:
     """Further terms (:class:`LossTerm` subclasses by ``class_path``), added after the others."""
 
     def __post_init__(self):
+        for name in ("clip_low", "clip_high"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"loss.{name}: expected >= 0, got {getattr(self, name)!r}")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"loss.max_length: expected an int >= 1 or null, got {self.max_length!r}")
         if self.importance_sampling not in ("auto", "on", "off"):
             raise ValueError(f"loss.importance_sampling: expected 'auto', 'on' or 'off', got "
                              f"{self.importance_sampling!r}")

@@ -81,6 +81,17 @@ class TinyModelSettings:
     extra_tokens: list[str] = field(default_factory=list)
     """More strings to hold as single tokens (moves of your own game)."""
 
+    def __post_init__(self):
+        for name in ("hidden_size", "layers", "heads", "intermediate_size", "vocab_size", "max_positions"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"policy.tiny.{name}: expected an int >= 1, got {value!r}")
+        if self.hidden_size % self.heads:
+            raise ValueError(f"policy.tiny.heads: expected a divisor of hidden_size ({self.hidden_size}), got "
+                             f"{self.heads}")
+        if not self.initializer_range > 0:
+            raise ValueError(f"policy.tiny.initializer_range: expected > 0, got {self.initializer_range!r}")
+
 
 @dataclass
 class PolicySettings:

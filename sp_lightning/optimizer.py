@@ -28,6 +28,22 @@ class OptimizerSettings:
     this many such steps in a row stop the run with an error."""
 
     def __post_init__(self):
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        if not number(self.lr) or self.lr <= 0:  # a negative lr would climb the loss, without a word
+            raise ValueError(f"optimizer.lr: expected a number > 0, got {self.lr!r}")
+        if not number(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"optimizer.weight_decay: expected a number >= 0, got {self.weight_decay!r}")
+        betas = list(self.betas) if isinstance(self.betas, (list, tuple)) else None
+        if betas is None or len(betas) != 2 or not all(number(b) and 0 <= b < 1 for b in betas):
+            raise ValueError(f"optimizer.betas: expected two numbers in [0, 1), got {self.betas!r}")
+        if self.grad_clip is not None and (not number(self.grad_clip) or self.grad_clip <= 0):
+            raise ValueError(f"optimizer.grad_clip: expected a number > 0 or null (no clipping), got {self.grad_clip!r}")
+        if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
+            raise ValueError(f"optimizer.warmup_steps: expected an int >= 0, got {self.warmup_steps!r}")
+        if not number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
+            raise ValueError(f"optimizer.min_lr_ratio: expected a number in [0, 1], got {self.min_lr_ratio!r}")
         if self.max_nonfinite_steps < 1:
             raise ValueError(f"optimizer.max_nonfinite_steps: expected >= 1, got {self.max_nonfinite_steps}")
         if self.schedule not in ("constant", "cosine"):

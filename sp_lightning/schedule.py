@@ -26,13 +26,15 @@ class Schedule:
         """This schedule, or an error naming ``key`` (the config key it was read from)."""
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"{key}.steps: expected an int >= 1 or null, got {self.steps!r}")
+        if self.start < 0:  # a negative coefficient turns a bonus or a pull into its opposite
+            raise ValueError(f"{key}: expected >= 0, got {self.start!r}")
         if not 0.0 <= self.floor <= self.start or (self.floor and not self.steps):
             raise ValueError(f"{key}.floor: expected 0 <= floor <= start ({self.start}), with steps set; "
                              f"got {self.floor!r}")
         return self
 
     def at(self, step: float) -> float:
-        """The coefficient at optimizer step ``step`` (a fraction between two steps is allowed)."""
+        """The coefficient at training step ``step`` (a fraction between two steps is allowed)."""
         if not self.steps:
             return self.start
         return max(self.floor, self.start * max(0.0, 1.0 - step / self.steps))
@@ -47,6 +49,7 @@ def schedule_of(value: float | Schedule, key: str) -> Schedule:
     if isinstance(value, Schedule):
         return value.checked(key)
     try:
-        return Schedule(start=float(value))
+        start = float(value)
     except (TypeError, ValueError) as error:
         raise ValueError(f"{key}: expected a number or {{start, floor, steps}}, got {value!r}") from error
+    return Schedule(start=start).checked(key)

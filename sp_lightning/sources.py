@@ -67,6 +67,10 @@ class GameMix(EpisodeSource):
     """The config's games by weight, each seat filled by the opponent sampler (the default)."""
 
     def __init__(self, games: list, opponents):
+        weights = [g.weight for g in games]
+        if games and (any(not w >= 0 for w in weights) or sum(weights) <= 0):
+            raise ValueError(f"data.games: expected each game's weight >= 0 with at least one > 0 (its share of "
+                             f"the batches' games), got {weights}")
         self.games = games
         self.opponents = opponents
 

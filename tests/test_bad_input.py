@@ -55,6 +55,7 @@ def files(tmp_path_factory):
     module, _ = build_from_config("--config", KUHN)  # the Kuhn Poker model's adapter (hidden size 64)
     module.save_adapter(str(root / "kuhn_adapter"))
     (root / "a_file").write_text("not a folder")
+    (root / "list.yaml").write_text("- a\n- b\n")
     return root
 
 
@@ -92,6 +93,30 @@ CASES = [
     (_fit("--trainer.max_steps", "abc"), ["--trainer.max_steps: expected an int, got abc"]),
     (_fit("--seed_everything", "abc"), ["--seed_everything: expected a bool or an int, got abc"]),
     (_fit("--data.credit", "sp_lightning.credit.Nope"), ["--data.credit:", "has no attribute 'Nope'"]),
+    (_fit("--model.optimizer.lr", "-1"), ["--model.optimizer.lr: expected a number > 0, got -1.0"]),
+    (_fit("--model.optimizer.grad_clip", "-1"), ["--model.optimizer.grad_clip: expected a number > 0 or null"]),
+    (_fit("--model.optimizer.betas", "[2.0, 0.9]"), ["--model.optimizer.betas: expected two numbers in [0, 1)"]),
+    (_fit("--model.loss.magnet.coef", "-1"), ["--model.loss.magnet.coef: expected >= 0, got -1.0"]),
+    (_fit("--model.loss.entropy.coef", "-1"), ["--model.loss.entropy.coef: expected >= 0, got -1.0"]),
+    (_fit("--model.loss.kl.coef", "-1"), ["--model.loss.kl.coef: expected >= 0 (0: off), got -1.0"]),
+    (_fit("--model.policy.tiny.heads", "3"), ["--model.policy.tiny.heads: expected a divisor of hidden_size (128)"]),
+    (_fit("--data.seed", "-7"), ["--data.seed: expected an int >= 0, got -7"]),
+    (_fit("--data.eval.games", "0"), ["--data.eval.games: expected an int >= 1"]),
+    (_fit("--data.eval.invalid_move", "explode"), ["--data.eval.invalid_move: expected one of forfeit"]),
+    (_fit("--data.credit.init_args.decay", "2"), ["credit.decay: expected a number in [0, 1], got 2.0"]),
+    (_fit("--data.games", '[{"id": "tictactoe_v1", "weight": -1}]'), ["data.games: expected each game's weight >= 0"]),
+    (_fit("--data.games", '[{"id": "tictactoe_v1", "max_turns": 0}]'), ["data.games[0].max_turns: expected an int >= 1"]),
+    (_fit("--trainer.default_root_dir", "{f}/a_file"), ["trainer.default_root_dir {f}/a_file: a file; expected a folder"]),
+    (_fit("--data.episode_log.path", "{f}/a_file/log.txt"),
+     ["data.episode_log.path {f}/a_file/log.txt: {f}/a_file is a file"]),
+    (_fit("--config", "{f}/list.yaml"), ["--config {f}/list.yaml holds a list: expected a mapping of settings"]),
+    (["fit", "--config", os.path.join(ROOT, "configs", "kuhn_poker_two_learners_tiny.yaml"), "--trainer.max_steps", "1",
+      "--model.learners", '{"first": {"roles": ["player_7"]}, "second": {"roles": ["player_1"]}}'],
+     ["model.learners.first.roles: ['player_7'] are no seats of this run's games"]),
+    (["fit", "--config", os.path.join(ROOT, "configs", "tictactoe_league_tiny.yaml"), "--trainer.max_steps", "1",
+      "--data.league.dir", "{f}/league_corrupt"], ["data.league.dir {f}/league_corrupt:", "is not valid JSON"]),
+    (["fit", "--config", os.path.join(ROOT, "configs", "tictactoe_league_tiny.yaml"), "--trainer.max_steps", "1",
+      "--data.league.evaluator.games_per_seat", "0"], ["data.league.evaluator.games_per_seat: expected an int >= 1"]),
     # ---- fit: games and opponents ----
     (_fit("--data.games", ZERO_WEIGHTS), ["data.games[0].opponents: expected weights >= 0 with at least one > 0"]),
     (_fit("--data.games", NO_SUCH_BOT), ["data.games[0].opponents: no bot named 'nobody'", "bot:random"]),
@@ -141,6 +166,8 @@ CASES = [
     (_evaluate("--player", "bot:random", "--checkpoint", "{f}/kuhn/last.ckpt"), ["--player bot:random: plays instead",
                                                                                   "drop --checkpoint"]),
     (_evaluate("--output", "{f}/no_dir/out.json"), ["--output {f}/no_dir/out.json: directory", "does not exist"]),
+    (_evaluate("--output", "{f}/league_list"), ["--output {f}/league_list: a folder; expected the path of a file"]),
+    (_evaluate("--seed", "-1"), ["--seed: expected an int >= 0, got -1"]),
     (_evaluate("--player", "bot:random", "--exploitability", "true"),
      ["--player bot:random: --exploitability scores a model policy's moves"]),
     (_evaluate("--opponent", "checkpoint:{f}/kuhn_adapter"),
@@ -163,7 +190,7 @@ CASES = [
     (["crossplay", "--config", TTT, "--league", "{f}/league_missing", "--resamples", "0"],
      ["--resamples: expected >= 1, got 0"]),
     (["crossplay", "--config", TTT, "--league", "{f}/league_missing", "--output_dir", "{f}/a_file/report"],
-     ["--output_dir {f}/a_file/report: {f}/a_file is not a folder"]),
+     ["--output_dir {f}/a_file/report: {f}/a_file is a file, so nothing can be written under it"]),
     (_fit("--ckpt_path", "{f}/both_corrupt/last.ckpt"),
      ["ckpt_path {f}/both_corrupt/last.ckpt: not a readable checkpoint", "neither is the one before it"]),
     (["rollout", "--config", TTT, "--steps", "0"], ["--steps >= 1"]),

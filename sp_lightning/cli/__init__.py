@@ -84,6 +84,8 @@ def _refuse(argv: list[str], message: str) -> None:
     prog = f"sp-lightning {argv[0]}"
     if message.startswith("Problems parsing config"):  # a YAML error, which jsonargparse does not place
         message = f"{_unreadable_config(argv)}: {message}"
+    elif message.startswith("Unexpected config"):  # valid YAML that is not a mapping (a list, nothing)
+        message = f"{_config_not_a_mapping(argv)}: expected a mapping of settings (trainer:, model:, data:)"
     unknown = re.search(r"does not accept option '([^']+)'", message)
     if unknown:  # a key of a config file: which file
         message = f"{_config_holding(argv, unknown.group(1))}{unknown.group(1)}: no such key"
@@ -115,6 +117,21 @@ def _config_holding(argv: list[str], key: str) -> str:
         if node is not None:
             return f"--config {path}: "
     return ""
+
+
+def _config_not_a_mapping(argv: list[str]) -> str:
+    """``--config <file> holds <what>`` of the first config on the command line that is not a mapping."""
+    import yaml
+
+    for path in _configs(argv):
+        try:
+            with open(path) as f:
+                node = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(node, dict):
+            return f"--config {path} holds {'nothing' if node is None else 'a ' + type(node).__name__}"
+    return "--config"
 
 
 def _unreadable_config(argv: list[str]) -> str:

@@ -6,10 +6,11 @@ TensorBoard events under ``--output_dir`` (see sp_lightning.evaluation.crossplay
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 from sp_lightning.cli.common import fail, parse_command
-from sp_lightning.errors import UserError
+from sp_lightning.errors import UserError, check_writable
 
 PROG = "sp-lightning crossplay"
 
@@ -60,14 +61,11 @@ def check_flags(ours) -> None:
     for flag in ("games_per_seat", "resamples"):
         if getattr(ours, flag) < 1:
             raise UserError(f"--{flag}: expected >= 1, got {getattr(ours, flag)}")
+    if ours.seed < 0:
+        raise UserError(f"--seed: expected an int >= 0, got {ours.seed}")
     if ours.max_checkpoints < 0:
         raise UserError(f"--max_checkpoints: expected >= 0, got {ours.max_checkpoints}")
-    folder = os.path.abspath(ours.output_dir)
-    while not os.path.exists(folder):  # the nearest folder that exists must be one we can write in
-        folder = os.path.dirname(folder)
-    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-        raise UserError(f"--output_dir {ours.output_dir}: {folder} is not a folder this user can write in; "
-                        f"expected a folder to write the report into (made if missing)")
+    check_writable(ours.output_dir, "--output_dir", folder=True)
     for path in ours.checkpoint:
         if not os.path.exists(path):
             raise UserError(f"--checkpoint {path}: no such file or directory; expected a Lightning .ckpt or a "
@@ -137,7 +135,7 @@ def league_players(league_dir: str, max_checkpoints: int, baselines: bool = True
     except ValueError as error:  # not JSON, or not a league's
         raise UserError(f"--league {league_dir}: {error}") from error
     players = {a.id: a.policy for a in agents if baselines and a.type == "baseline"}
-    adapters = {}  # where each kept checkpoint's adapter is now (the league directory may have moved)
+    adapters, missing = {}, []  # where each kept checkpoint's adapter is now (the league directory may have moved)
     for a in agents:
         if a.type == "checkpoint":
             here = os.path.join(league_dir, "adapters", a.id)
@@ -145,6 +143,12 @@ def league_players(league_dir: str, max_checkpoints: int, baselines: bool = True
             found = [p for p in (here, a.adapter_path) if p and os.path.isdir(p)]
             if found:
                 adapters[a.id] = found[0]
+            else:
+                missing.append(a.id)
+    if missing:  # said, not left out in silence: the table would lack them without a word
+        print(f"{PROG}: warning: --league {league_dir}: no adapter folder for {', '.join(missing)} (neither "
+              f"{os.path.join(league_dir, 'adapters', '<id>')} nor the path league.json records); they do not play",
+              file=sys.stderr)
     kept = sorted((a for a in agents if a.id in adapters), key=lambda a: a.step or 0)
     if max_checkpoints < len(kept):
         if max_checkpoints <= 1:

@@ -17,7 +17,7 @@ import json
 import os
 
 from sp_lightning.cli.common import parse_command
-from sp_lightning.errors import UserError
+from sp_lightning.errors import UserError, check_writable
 
 
 def add_flags(parser) -> None:
@@ -69,9 +69,13 @@ def check_flags(ours) -> None:
     minutes: an --output directory that does not exist would otherwise fail at its end)."""
     if ours.games_per_seat < 1:
         raise UserError(f"--games_per_seat: expected >= 1, got {ours.games_per_seat}")
+    if ours.seed < 0:
+        raise UserError(f"--seed: expected an int >= 0, got {ours.seed}")
     folder = os.path.dirname(os.path.abspath(ours.output)) if ours.output else None
     if folder and not os.path.isdir(folder):
         raise UserError(f"--output {ours.output}: directory {folder} does not exist; create it or write elsewhere")
+    if ours.output:
+        check_writable(ours.output, "--output")
 
 
 def check_checkpoints(paths: list[str | None], module) -> None:

@@ -12,7 +12,7 @@ import warnings
 from lightning.pytorch.cli import LightningCLI
 
 from sp_lightning.data import SelfPlayDataModule
-from sp_lightning.errors import UserError, keyed_error, qualify
+from sp_lightning.errors import UserError, check_writable, keyed_error, qualify
 from sp_lightning.module import SelfPlayModule
 from sp_lightning.trainer import finish_trainer, quiet_known_warnings, trainer_defaults, with_default_progress_bar
 
@@ -85,6 +85,8 @@ class SelfPlayCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        if config.get("default_root_dir"):  # the run's config and logs go there: refused now, not at its first save
+            check_writable(config["default_root_dir"], "trainer.default_root_dir", folder=True)
         return finish_trainer(super().instantiate_trainer(**with_default_progress_bar(config)))
 
 

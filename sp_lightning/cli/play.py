@@ -44,6 +44,8 @@ def main(args: list[str], read: Callable[[str], str] = input,
     for name in ("lightning.pytorch", "lightning.fabric"):  # no accelerator banners in a game
         logging.getLogger(name).setLevel(logging.WARNING)
     ours, module, datamodule = parse_command(PROG, __doc__, add_flags, list(args), prepare=_game_without_config)
+    if ours.seed is not None and ours.seed < 0:
+        raise UserError(f"--seed: expected an int >= 0, got {ours.seed}")
     spec = parse_policy(ours.opponent, "--opponent")
     try:
         require_bot(spec, "--opponent")

@@ -335,7 +335,8 @@ def opponent_distribution(
         known = set(ids) | {MIRROR_ID}
         missing = [i for i in settings.fixed_opponents if i not in known]
         if missing:
-            raise ValueError(f"fixed opponents {missing} are not in the league; known: {sorted(known)}")
+            raise ValueError(f"data.league.matchmaking.fixed_opponents: {missing} are not in the league; expected "
+                             f"ids among {sorted(known)}")
         return _merge(_single("fixed", settings.fixed_opponents, settings.fixed_weights))
 
     checkpoints = [c for c in candidates if c.kind == "checkpoint"]

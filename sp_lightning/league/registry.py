@@ -147,10 +147,17 @@ class LeagueState:
             raise ValueError(
                 f"{where}: schema_version {version!r} is not supported, expected {SCHEMA_VERSION}"
                 + (" (written by a newer sp_lightning; upgrade it)" if newer else ""))
-        agents = data.get("agents", {})
-        return cls(metadata=dict(data.get("metadata", {})),
+        agents, matches, metadata = data.get("agents", {}), data.get("matches", []), data.get("metadata", {})
+        if not isinstance(agents, dict) or not all(isinstance(a, dict) for a in agents.values()):
+            raise ValueError(f"{where}: expected 'agents' to map each id to an agent's record, got "
+                             f"{type(agents).__name__}")
+        if not isinstance(matches, list) or not all(isinstance(m, dict) for m in matches):
+            raise ValueError(f"{where}: expected 'matches' to be a list of match records")
+        if not isinstance(metadata, dict):
+            raise ValueError(f"{where}: expected 'metadata' to be a JSON object, got {type(metadata).__name__}")
+        return cls(metadata=dict(metadata),
                    agents=dict(zip(agents, _records(AgentRecord, agents.values()))),
-                   matches=_records(MatchRecord, data.get("matches", [])))
+                   matches=_records(MatchRecord, matches))
 
 
 class LeagueRegistry:

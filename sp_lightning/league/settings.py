@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sp_lightning.errors import check_writable
 from sp_lightning.league.matchmaking import MatchmakingSettings
 
 DEFAULT_BASELINES = ["base_model", "random_bot", "chaos_bot"]
@@ -83,6 +84,16 @@ class EvaluatorSettings:
     final_wait: float = 900.0
     """Seconds the end of training waits for a tournament still being played (its result is
     rated and logged); after that the evaluator is stopped, with a warning, and its games are not rated."""
+
+    def __post_init__(self):
+        for name, least in (("every", 0), ("games_per_seat", 1), ("threads", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"data.league.evaluator.{name}: expected an int >= {least}, got {value!r}")
+        if not self.final_wait >= 0:
+            raise ValueError(f"data.league.evaluator.final_wait: expected seconds >= 0, got {self.final_wait!r}")
+        if not self.gatekeepers:
+            raise ValueError("data.league.evaluator.gatekeepers: expected at least one (league ids, 'best', 'recent')")
 
 
 @dataclass
@@ -197,6 +208,7 @@ class LeagueSettings:
     """AlphaStar's main and league exploiters (learners of model.learners); null: none."""
 
     def __post_init__(self):
+        check_writable(self.dir, "data.league.dir", folder=True)
         for entry in self.baselines or []:
             baseline_policy(entry)  # a bad name fails here, before any game is played
         if not 0 <= self.win_rate_decay < 1:
@@ -207,3 +219,11 @@ class LeagueSettings:
             raise ValueError(f"data.league.best_response_every: expected >= 0, got {self.best_response_every}")
         if self.games_per_match < 1:
             raise ValueError(f"data.league.games_per_match: expected >= 1, got {self.games_per_match}")
+        if self.max_distinct_opponents is not None and self.max_distinct_opponents < 1:
+            raise ValueError(f"data.league.max_distinct_opponents: expected an int >= 1 or null, got "
+                             f"{self.max_distinct_opponents}")
+        if not self.coverage_ngrams or any(not isinstance(n, int) or n < 1 for n in self.coverage_ngrams):
+            raise ValueError(f"data.league.coverage_ngrams: expected ints >= 1, got {list(self.coverage_ngrams)}")
+        if self.baselines is not None and not self.baselines:
+            raise ValueError("data.league.baselines: expected at least one baseline (matchmaking starts against "
+                             "them, before any checkpoint exists), or null for the defaults")

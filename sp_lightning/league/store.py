@@ -22,6 +22,7 @@ import shutil
 from collections.abc import Callable, Collection
 from typing import Any
 
+from sp_lightning.errors import UserError
 from sp_lightning.evaluation.exploitability import ExploitabilityResult
 from sp_lightning.league import best_responses
 from sp_lightning.league.exploiters import ExploiterTracker
@@ -61,7 +62,7 @@ class LeagueStore:
         if self._restore is not None:
             self._restored(self._restore)
             self._restore = None
-        elif self.registry.read().agents:
+        elif self._existing().agents:
             raise ValueError(f"league.dir {self.dir!r} already holds a league; resume its run with "
                              f"--ckpt_path, or give this run another league.dir")
         else:
@@ -70,6 +71,14 @@ class LeagueStore:
             self.registry.add_agent(AgentRecord(id=LEARNER_ID, type=LEARNER_ID, policy=LEARNER_ID, step=0))
             self.event(f"league started in {self.dir} with {', '.join(self.baselines)}")
         return self.registry.read()
+
+    def _existing(self) -> LeagueState:
+        """The league already in ``dir`` (empty: none), or the line that says its file is broken."""
+        try:
+            return self.registry.read()
+        except ValueError as error:  # not JSON, or not a league's
+            raise UserError(f"data.league.dir {self.dir}: {error}; give this run another data.league.dir (or "
+                            f"move the broken league.json away)") from error
 
     def _restored(self, state: dict[str, Any]) -> None:
         self.registry.restore(state["registry"])

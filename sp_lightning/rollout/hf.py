@@ -111,6 +111,8 @@ class HFRolloutWorker(RolloutWorker):
         """
         if max_adapters < 1:
             raise ValueError(f"rollout.max_adapters: expected >= 1, got {max_adapters}")
+        if max_batch_size < 1:
+            raise ValueError(f"rollout.max_batch_size: expected >= 1, got {max_batch_size}")
         self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         with torch.inference_mode(False), torch.no_grad():  # written in place by load_weights
             self.model = copy.deepcopy(model)
