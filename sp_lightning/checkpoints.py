@@ -181,6 +181,17 @@ def check_adapter_fits(path: str, key: str, model) -> None:
                                 f"{shape[dim]} in the adapter, {size} here); pass the --config it was trained with")
 
 
+def check_policy_dir(path: str, key: str, model, learners: list[str]) -> None:
+    """An adapter directory to load as the policy of a run whose learners are ``learners``: a
+    peft adapter, one policy (a run of several learners keeps theirs in its .ckpt), that fits."""
+    check_adapter_dir(path, key)
+    if len(learners) > 1:
+        raise UserError(f"{key} {path}: an adapter directory holds one policy, and model.learners names "
+                        f"{len(learners)} ({', '.join(learners)}); pass the run's Lightning .ckpt, which holds "
+                        f"every learner's adapter")
+    check_adapter_fits(path, key, model)
+
+
 def _base_size(module, attribute: str) -> int | None:
     """``module``'s ``attribute`` (in_features, ...), or its wrapped base layer's (peft wraps it)."""
     while module is not None:

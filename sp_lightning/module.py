@@ -30,9 +30,7 @@ import torch
 
 from sp_lightning import distributed, sharding
 from sp_lightning import rng as rng_streams
-from sp_lightning.checkpoints import (
-    adapter_misfit, check_adapter_dir, check_adapter_fits, check_fits, read_checkpoint,
-)
+from sp_lightning.checkpoints import adapter_misfit, check_fits, check_policy_dir, read_checkpoint
 from sp_lightning.collate import LegalMoves
 from sp_lightning.device_memory import PeakMemory
 from sp_lightning.errors import UserError
@@ -357,12 +355,7 @@ class SelfPlayModule(L.LightningModule):
             check_fits(read_checkpoint(path, key), self, f"{key} {path}")
 
     def _check_policy_dir(self, path: str, key: str) -> None:
-        check_adapter_dir(path, key)
-        if len(self.learners.names) > 1:
-            raise UserError(f"{key} {path}: an adapter directory holds one policy, and model.learners names "
-                            f"{len(self.learners.names)} ({', '.join(self.learners.names)}); pass the run's "
-                            f"Lightning .ckpt, which holds every learner's adapter")
-        check_adapter_fits(path, key, self.model)
+        check_policy_dir(path, key, self.model, self.learners.names)
 
     def reset_learner(self, learner: str, seed: int, copy_from: str | None = None) -> None:
         """Learner ``learner``'s adapter made fresh again (``learners.reset_adapter``) or, with

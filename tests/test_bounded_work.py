@@ -51,8 +51,9 @@ def test_games_within_max_turns_are_untouched():
 
 
 def test_max_turns_is_checked_with_its_key():
-    with pytest.raises(ValueError, match=r"games\[tictactoe_v1\].max_turns"):
-        GameSettings(id="tictactoe_v1", max_turns=0)
+    """When the run checks its games, by the game's config key (``data.games[i]``)."""
+    with pytest.raises(ValueError, match=r"^data.games\[0\].max_turns: expected an int >= 1, got 0"):
+        GameSettings(id="tictactoe_v1", max_turns=0).check("data.games[0]")
 
 
 def test_a_prompt_past_the_context_is_never_sent(tiny_policy):

@@ -359,7 +359,7 @@ def test_constant_weighs_every_trainable_step_alike():
     rs = [rollout({"x": 1.0, "o": -1.0}, steps=[learner("x"), learner("x", -0.5), bot("o"), learner("o")])]
     Constant(0.5).assign(rs)
     assert advantages(rs) == [0.5, 0.5, None, 0.5]
-    with pytest.raises(ValueError, match="Constant.value"):
+    with pytest.raises(ValueError, match="credit.value: expected a finite number"):
         Constant(float("nan"))
 
 
