@@ -181,6 +181,15 @@ def check_adapter_fits(path: str, key: str, model) -> None:
                                 f"{shape[dim]} in the adapter, {size} here); pass the --config it was trained with")
 
 
+def check_adapter_opponent(path: str, key: str, model) -> None:
+    """An opponent given as ``checkpoint:<adapter dir>``, refused before any game unless it is a
+    directory holding a peft adapter that fits ``model``."""
+    if not os.path.isdir(path):
+        raise UserError(f"{key} checkpoint:{path}: no directory {path!r}; expected checkpoint:<peft adapter directory>")
+    check_adapter_dir(path, key)
+    check_adapter_fits(path, key, model)
+
+
 def check_policy_dir(path: str, key: str, model, learners: list[str]) -> None:
     """An adapter directory to load as the policy of a run whose learners are ``learners``: a
     peft adapter, one policy (a run of several learners keeps theirs in its .ckpt), that fits."""

@@ -39,7 +39,8 @@ class OptimizerSettings:
         if betas is None or len(betas) != 2 or not all(number(b) and 0 <= b < 1 for b in betas):
             raise ValueError(f"optimizer.betas: expected two numbers in [0, 1), got {self.betas!r}")
         if self.grad_clip is not None and (not number(self.grad_clip) or self.grad_clip <= 0):
-            raise ValueError(f"optimizer.grad_clip: expected a number > 0 or null (no clipping), got {self.grad_clip!r}")
+            raise ValueError(f"optimizer.grad_clip: expected a number > 0 or null (no clipping), got "
+                             f"{self.grad_clip!r}")
         if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
             raise ValueError(f"optimizer.warmup_steps: expected an int >= 0, got {self.warmup_steps!r}")
         if not number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:

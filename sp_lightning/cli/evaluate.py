@@ -49,7 +49,7 @@ def main(args: list[str]) -> dict:
     ours, module, datamodule = parse_command("sp-lightning evaluate", __doc__, add_flags, args)
     check_flags(ours)
     engine = datamodule.build_engine(module)
-    check_players(ours, engine)
+    check_players(ours, engine, module.model)
     check_checkpoints(ours.checkpoint, module)
     engine.start()
     try:
@@ -87,10 +87,10 @@ def check_checkpoints(paths: list[str | None], module) -> None:
             module.check_policy_weights(path, "--checkpoint")
 
 
-def check_players(ours, engine) -> None:
+def check_players(ours, engine, model) -> None:
     """Refuse an --opponent or --learner the run cannot seat: a bot it does not have, an adapter
-    directory that is not one, a learner the config does not name."""
-    from sp_lightning.checkpoints import check_adapter_dir
+    directory that is not one or does not fit ``model``, a learner the config does not name."""
+    from sp_lightning.checkpoints import check_adapter_opponent
     from sp_lightning.types import PolicyKind, parse_policy
 
     names = [name for name in engine.learners.names if name]
@@ -101,10 +101,7 @@ def check_players(ours, engine) -> None:
                             f"{', '.join('learner:' + name for name in names) or 'learner (the config has one)'}")
         _check_bot(engine, policy, f"--opponent {ours.opponent}")
         if policy.kind is PolicyKind.CHECKPOINT:
-            if not os.path.isdir(policy.name):
-                raise UserError(f"--opponent {ours.opponent}: no directory {policy.name!r}; expected "
-                                f"checkpoint:<peft adapter directory>")
-            check_adapter_dir(policy.name, "--opponent")
+            check_adapter_opponent(policy.name, "--opponent", model)
     if ours.player:
         player = parse_policy(ours.player, "--player")
         if player.kind not in (PolicyKind.BOT, PolicyKind.BASE):

@@ -13,7 +13,6 @@ the default tiny model and ``--game``. What the person sees and how moves are re
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -52,13 +51,9 @@ def main(args: list[str], read: Callable[[str], str] = input,
     except ValueError as exc:
         fail(PROG, str(exc))
     if spec.kind is PolicyKind.CHECKPOINT:  # before the game starts, not after the person's first move
-        from sp_lightning.checkpoints import check_adapter_dir, check_adapter_fits
+        from sp_lightning.checkpoints import check_adapter_opponent
 
-        if not os.path.isdir(spec.name):
-            raise UserError(f"--opponent {ours.opponent}: no directory {spec.name!r}; expected "
-                            f"checkpoint:<peft adapter directory>")
-        check_adapter_dir(spec.name, "--opponent")
-        check_adapter_fits(spec.name, "--opponent", module.model)
+        check_adapter_opponent(spec.name, "--opponent", module.model)
     engine = datamodule.build_engine(module)
     engine.start()
     try:

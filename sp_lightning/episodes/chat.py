@@ -77,10 +77,9 @@ class ChatState:
         speaker (:func:`signed`; the environment's unsigned); ``names`` renames speakers (a judge
         may read "Debater A" for ``pro``)."""
         names = names or {}
-        return "\n\n".join(
-            message.text if message.speaker == ENV else signed(names.get(message.speaker, message.speaker), message.text)
-            for message in self.transcript
-        )
+        return "\n\n".join(message.text if message.speaker == ENV
+                             else signed(names.get(message.speaker, message.speaker), message.text)
+                             for message in self.transcript)
 
 
 @dataclass(kw_only=True)

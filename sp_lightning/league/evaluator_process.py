@@ -111,13 +111,18 @@ class EvaluatorProcess:
         spec = EvaluatorSpec(policy=asdict(players.policy), games=[game_spec(g) for g in players.games],
                              sampling=asdict(players.sampling), registry=self.registry_path, agent=newest.id,
                              gatekeepers=list(labels), games_per_seat=s.games_per_seat,
-                             games_per_match=self.games_per_match, seed=s.seed + step // s.every * s.games_per_seat, step=step, threads=s.threads,
-                             env_overrides=players.env_overrides or {})
+                             games_per_match=self.games_per_match, seed=self._seed(step), step=step,
+                             threads=s.threads, env_overrides=players.env_overrides or {})
         os.makedirs(self.folder, exist_ok=True)
         spec_path = os.path.join(self.folder, f"{newest.id}-step{step:06d}.json")
         spec.write(spec_path)
         self._play(spec_path, newest.id, labels, len(players.games) > 1)
         self.event(f"step {step}: evaluating {newest.id} against {', '.join(labels)}")
+
+    def _seed(self, step: int) -> int:
+        """The seed of the tournament at ``step``: the k-th tournament plays deals ``k *
+        games_per_seat`` on from the first's, so no two play a deal twice."""
+        return self.settings.seed + step // self.settings.every * self.settings.games_per_seat
 
     def _play(self, spec_path: str, agent: str, labels: dict[str, str], several: bool) -> None:
         """The tournament of ``spec_path`` sent to the process, and followed from now on."""

@@ -89,9 +89,7 @@ class LeagueStore:
             self.exploiters.load_state_dict(state["exploiters"])
         for agent in self.registry.read().agents.values():  # a checkpoint older than the last one
             if agent.adapter_path and not os.path.isdir(agent.adapter_path):
-                self.registry.remove_agent(agent.id)
-                self.pooler.forget(agent.id)
-                self.departed.add(agent.id)
+                self._leave(agent.id)
                 self.event(f"{agent.id} left the league on resume: its adapter {agent.adapter_path} was deleted "
                            f"after this checkpoint was written (pruned by the run that wrote a later one)",
                            logging.WARNING)
@@ -168,12 +166,17 @@ class LeagueStore:
         pruned = [a for a in state.agents.values()
                   if a.type == "checkpoint" and not self.schedule.keeps(a.step, a.tags, step)]
         for agent in pruned:
-            self.registry.remove_agent(agent.id)
-            self.pooler.forget(agent.id)
-            self.departed.add(agent.id)
+            self._leave(agent.id)
             self.pruned.append((step, agent.adapter_path))
             self.event(f"step {step}: {agent.id} left the league (older than the recent window)")
         return [agent.id for agent in pruned]
+
+    def _leave(self, agent_id: str) -> None:
+        """``agent_id`` leaves the league: its record, its games waiting to be pooled (none can
+        complete their blocks any more), and any later game with it is not rated (``record``)."""
+        self.registry.remove_agent(agent_id)
+        self.pooler.forget(agent_id)
+        self.departed.add(agent_id)
 
     def exploiter_step(self, step: int, results: list[tuple[str, float, float]]
                        ) -> tuple[dict[str, float], list[str], list[Reset]]:

@@ -28,7 +28,8 @@ more than a one-token move's forward on a tiny model). Logprobs come from the pr
 top-k / top-p that is the trainer's forward on the same weights, up to rounding, so completions
 say their logprobs are the trainer's (``Completion.logprobs_from_trainer``) and the loss needs no
 importance correction for them (top-k / top-p renormalise over the tokens kept, which the
-trainer does not: those completions say otherwise, and the loss corrects them). In bf16 it is not: KV-cached decoding sums in another order than the trainer's one forward
+trainer does not: those completions say otherwise, and the loss corrects them). In bf16 it is
+not: KV-cached decoding sums in another order than the trainer's one forward
 over the whole sequence, and the trainer computes under autocast while this copy holds bf16
 weights, so the two differ by bf16's rounding; completions then say so and the loss corrects
 them like another engine's (``loss.importance_sampling: auto``; ``train/sampler_mismatch``
@@ -460,13 +461,14 @@ class HFRolloutWorker(RolloutWorker):
                 rows_ids[row] = ids[: ids.index(tok.eos_token_id) + 1]
         texts = tok.batch_decode(rows_ids, skip_special_tokens=True)
         versions = {policy: self.version_of(policy) for policy in set(policies)}
+        from_trainer = self.logprobs_from_trainer and not sampling.truncates
         completions = []
         for ids, row_logprobs, text, prompt, policy in zip(rows_ids, rows_logprobs, texts, prompts, policies):
             self.generated_tokens += len(ids)
             completions.append(Completion(text=text, prompt_ids=prompt, completion_ids=ids,
                                           logprobs=row_logprobs[: len(ids)], policy=policy,
                                           policy_version=versions[policy], temperature=sampling.temperature,
-                                          logprobs_from_trainer=self.logprobs_from_trainer and not sampling.truncates))
+                                          logprobs_from_trainer=from_trainer))
         return completions
 
 
