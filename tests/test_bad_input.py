@@ -117,6 +117,9 @@ CASES = [
       "--data.league.dir", "{f}/league_corrupt"], ["data.league.dir {f}/league_corrupt:", "is not valid JSON"]),
     (["fit", "--config", os.path.join(ROOT, "configs", "tictactoe_league_tiny.yaml"), "--trainer.max_steps", "1",
       "--data.league.evaluator.games_per_seat", "0"], ["data.league.evaluator.games_per_seat: expected an int >= 1"]),
+    (["fit", "--config", os.path.join(ROOT, "configs", "tictactoe_league_tiny.yaml"), "--trainer.max_steps", "1",
+      "--data.league.evaluator.gatekeepers", "[random, best]"],
+     ["data.league.evaluator.gatekeepers: 'random' is no id this league can hold", "random_bot, tictactoe_tactical_bot"]),
     # ---- fit: games and opponents ----
     (_fit("--data.games", ZERO_WEIGHTS), ["data.games[0].opponents: expected weights >= 0 with at least one > 0"]),
     (_fit("--data.games", NO_SUCH_BOT), ["data.games[0].opponents: no bot named 'nobody'", "bot:random"]),

@@ -282,3 +282,20 @@ def test_an_adapter_is_loaded_again_only_when_its_files_change(tmp_path):
     (folder / "adapter_model.safetensors").write_bytes(b"22")  # saved again under the same id
     served._register(worker, "ckpt-000004", str(folder))
     assert worker.calls[2:] == [("forget", "ckpt-000004"), ("register", "ckpt-000004")]
+
+
+def test_a_gatekeeper_the_league_can_never_hold_is_refused_when_the_config_is_read(tmp_path):
+    from sp_lightning.league import LeagueSettings
+    from sp_lightning.league.settings import EvaluatorSettings
+
+    def league(gatekeepers, baselines=None):
+        return LeagueSettings(dir=str(tmp_path), baselines=baselines, evaluator=EvaluatorSettings(gatekeepers=gatekeepers))
+
+    later_ids = ["ckpt-000100", "br-kuhn_poker_v1-000050", "main_exploiter-000300"]
+    assert league(["random_bot", "best", "recent", *later_ids]).evaluator.gatekeepers[3:] == later_ids
+    for typo, baselines in (("random", None), ("chaos_bot", ["random_bot"]), ("learner", None)):
+        with pytest.raises(ValueError, match=f"data.league.evaluator.gatekeepers: '{typo}' is no id this league can hold"):
+            league([typo, "best"], baselines)
+    # the default names random_bot only in a league that has it
+    assert league(None).evaluator.gatekeepers == ["random_bot", "best", "recent"]
+    assert league(None, ["base_model", "diplomacy_planner_bot"]).evaluator.gatekeepers == ["best", "recent"]

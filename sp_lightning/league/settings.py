@@ -9,6 +9,7 @@ config is read.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sp_lightning.errors import check_writable
@@ -16,6 +17,9 @@ from sp_lightning.league.matchmaking import MatchmakingSettings
 
 DEFAULT_BASELINES = ["base_model", "random_bot", "chaos_bot"]
 """The default baselines: they play every game."""
+
+_LATER_ID = re.compile(r"[\w.-]+-\d{6}")
+"""An agent id training adds later: a checkpoint, a best response, an exploiter's snapshot."""
 
 
 def baseline_policy(agent_id: str) -> str:
@@ -74,8 +78,9 @@ class EvaluatorSettings:
     """Start a tournament every this many steps (0 disables the evaluator)."""
     games_per_seat: int = 50
     """Games per seat against each gatekeeper."""
-    gatekeepers: list[str] = field(default_factory=lambda: ["random_bot", "best", "recent"])
-    """League ids, or 'best' (the best-rated checkpoint) and 'recent' (the previous checkpoint)."""
+    gatekeepers: list[str] | None = None
+    """League ids, or 'best' (the best-rated checkpoint) and 'recent' (the previous checkpoint).
+    Null: random_bot (where it is one of the league's baselines), best and recent."""
     threads: int = 1
     """Torch threads of the evaluator process."""
     seed: int = 99_000
@@ -92,7 +97,7 @@ class EvaluatorSettings:
                 raise ValueError(f"data.league.evaluator.{name}: expected an int >= {least}, got {value!r}")
         if not self.final_wait >= 0:
             raise ValueError(f"data.league.evaluator.final_wait: expected seconds >= 0, got {self.final_wait!r}")
-        if not self.gatekeepers:
+        if self.gatekeepers is not None and not self.gatekeepers:
             raise ValueError("data.league.evaluator.gatekeepers: expected at least one (league ids, 'best', 'recent')")
 
 
@@ -227,3 +232,20 @@ class LeagueSettings:
         if self.baselines is not None and not self.baselines:
             raise ValueError("data.league.baselines: expected at least one baseline (matchmaking starts against "
                              "them, before any checkpoint exists), or null for the defaults")
+        self._check_gatekeepers()
+
+    def _check_gatekeepers(self) -> None:
+        """A gatekeeper the league can never hold would be left out of every tournament without a
+        word (the evaluator skips ids absent at the time: a checkpoint not yet promoted, one
+        pruned since), so each must be a label, a baseline of this league, or an id of the kind
+        training adds (``ckpt-<step>``, ``br-...-<step>``, ``<exploiter>-<step>``: six digits)."""
+        baselines = self.baselines if self.baselines is not None else DEFAULT_BASELINES
+        if self.evaluator.gatekeepers is None:
+            self.evaluator.gatekeepers = [b for b in ("random_bot",) if b in baselines] + ["best", "recent"]
+        for name in self.evaluator.gatekeepers:
+            if name in ("best", "recent") or name in baselines or _LATER_ID.fullmatch(name or ""):
+                continue
+            raise ValueError(
+                f"data.league.evaluator.gatekeepers: {name!r} is no id this league can hold; expected 'best', "
+                f"'recent', a baseline of data.league.baselines ({', '.join(baselines)}) or a checkpoint id "
+                f"such as ckpt-000100")
