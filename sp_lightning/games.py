@@ -22,6 +22,9 @@ from sp_lightning.prompts import PromptTemplate, make_template
 from sp_lightning.rubric import RewardSettings
 from sp_lightning.types import LEARNER, PolicyKind, PolicyRef, parse_policy
 
+DEFAULT_MAX_TURNS = 500
+"""The cut-off of a game that names no ``max_turns`` and whose own bound is lower (or unknown)."""
+
 MIRROR = {"learner": 1.0}
 """The opponent mix of a game that names none: the learner plays itself."""
 
@@ -47,9 +50,11 @@ class GameSettings:
     template_args: dict = field(default_factory=dict)
     """Keyword arguments of the template (e.g. instruction)."""
     reward: RewardSettings = field(default_factory=RewardSettings)
-    max_turns: int = 500
+    max_turns: int | None = None
     """Actions after which a game still running is cut off and scores 0 for every seat (a
-    stated, logged rule; see GameEpisode). Every built-in game ends far sooner."""
+    stated, logged rule; see GameEpisode). Null: the larger of 500 and the game's own bound on
+    its length (``game_info.max_turns``: Diplomacy's grows with ``max_years``); every other
+    built-in game ends far sooner than 500."""
 
     def __post_init__(self):
         mix = MIRROR if self.opponents is None else self.opponents
@@ -77,8 +82,9 @@ class GameSettings:
         if self._facts is not None:
             return
         key = key or f"games[{self.id}]"
-        if not isinstance(self.max_turns, int) or self.max_turns < 1:
-            raise ValueError(f"{key}.max_turns: expected an int >= 1, got {self.max_turns!r}")
+        if self.max_turns is not None and (not isinstance(self.max_turns, int) or isinstance(self.max_turns, bool)
+                                           or self.max_turns < 1):
+            raise ValueError(f"{key}.max_turns: expected an int >= 1 or null, got {self.max_turns!r}")
         weights = [w for _, w in self._opponents]
         if not weights or any(not w >= 0 for w in weights) or sum(weights) <= 0:
             raise ValueError(f"{key}.opponents: expected weights >= 0 with at least one > 0 (a share of the "
@@ -90,6 +96,8 @@ class GameSettings:
             raise ValueError(f"{key} ({self.id}) with env_kwargs {self.env_kwargs}: {exc}") from exc
         self._facts = (list(probe.possible_agents), getattr(probe, "game_info", None))
         probe.close()
+        if self.max_turns is None:
+            self.max_turns = max(DEFAULT_MAX_TURNS, getattr(self._facts[1], "max_turns", 0))
 
     @property
     def opponent_policies(self) -> list[PolicyRef]:
@@ -122,6 +130,7 @@ class GameSettings:
         return self._env_factory(**env_overrides)
 
     def episode(self, seats: dict[str, PolicyRef], **env_overrides) -> GameEpisode:
+        self.check()  # resolves a null max_turns from the game's own bound
         return GameEpisode(
             name=self.name,
             env_factory=partial(self.make_env, **env_overrides),
@@ -162,7 +171,7 @@ class HeldOutGame:
     system_prompt: str | None = None
     template: str = "plain"
     template_args: dict = field(default_factory=dict)
-    max_turns: int = 500
+    max_turns: int | None = None
 
     def __post_init__(self):
         if self.games is not None and (not isinstance(self.games, int) or self.games < 1):

@@ -105,7 +105,7 @@ CASES = [
     (_fit("--data.eval.invalid_move", "explode"), ["--data.eval.invalid_move: expected one of forfeit"]),
     (_fit("--data.credit.init_args.decay", "2"), ["credit.decay: expected a number in [0, 1], got 2.0"]),
     (_fit("--data.games", '[{"id": "tictactoe_v1", "weight": -1}]'), ["data.games: expected each game's weight >= 0"]),
-    (_fit("--data.games", '[{"id": "tictactoe_v1", "max_turns": 0}]'), ["data.games[0].max_turns: expected an int >= 1"]),
+    (_fit("--data.games", '[{"id": "tictactoe_v1", "max_turns": 0}]'), ["data.games[0].max_turns: expected an int >= 1 or null"]),
     (_fit("--trainer.default_root_dir", "{f}/a_file"), ["trainer.default_root_dir {f}/a_file: a file; expected a folder"]),
     (_fit("--data.episode_log.path", "{f}/a_file/log.txt"),
      ["data.episode_log.path {f}/a_file/log.txt: {f}/a_file is a file"]),

@@ -11,7 +11,7 @@ from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.games import GameSettings
 from sp_lightning.rollout.base import SamplingSettings
 from sp_lightning.rollout.hf import HFRolloutWorker
-from sp_lightning.types import LEARNER, PROMPT_TOO_LONG, ModelRequest
+from sp_lightning.types import LEARNER, PROMPT_TOO_LONG, ModelRequest, parse_policy
 from envs import make_bots
 from tests.helpers import ScriptedWorker
 
@@ -52,8 +52,22 @@ def test_games_within_max_turns_are_untouched():
 
 def test_max_turns_is_checked_with_its_key():
     """When the run checks its games, by the game's config key (``data.games[i]``)."""
-    with pytest.raises(ValueError, match=r"^data.games\[0\].max_turns: expected an int >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"^data.games\[0\].max_turns: expected an int >= 1 or null, got 0"):
         GameSettings(id="tictactoe_v1", max_turns=0).check("data.games[0]")
+
+
+def test_a_game_that_names_no_max_turns_is_cut_only_past_its_own_bound():
+    """Null max_turns: 500, or the game's own bound where that is larger. Ten Diplomacy years
+    of random orders take about 600 decisions, and the old fixed default of 500 cut every such
+    game (score 0); an explicit max_turns still cuts where it says."""
+    assert GameSettings(id="tictactoe_v1").episode({"player_0": LEARNER, "player_1": LEARNER}).max_turns == 500
+    for max_turns, cut in ((None, 0.0), (500, 1.0)):
+        game = GameSettings(id="diplomacy_v1", env_kwargs={"max_years": 10}, max_turns=max_turns)
+        seats = {agent: parse_policy("bot:random") for agent in game.agents}
+        rollout = Arena(ScriptedWorker(), SamplingSettings(), bots=make_bots(0)).play([game.episode(seats)], seeds=[0])[0]
+        assert rollout.metrics["cut_off_turns"] == cut
+        assert len(rollout.steps) > 500 if cut == 0.0 else len(rollout.steps) == 500
+    assert game.max_turns == 500 and GameSettings(id="diplomacy_v1", env_kwargs={"max_years": 10}).episode(seats).max_turns == 1700
 
 
 def test_a_prompt_past_the_context_is_never_sent(tiny_policy):
