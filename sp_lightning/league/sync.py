@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 
 from sp_lightning import distributed
 from sp_lightning.league.messages import Promotion, RankReport, StartNews, StepNews
 from sp_lightning.league.registry import LeagueState
 from sp_lightning.league.store import SaveAdapter
+from sp_lightning.scratch_dirs import process_temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -149,5 +149,5 @@ class RankSync:
 
     def _copies_dir(self) -> str:
         if self.copies is None:
-            self.copies = tempfile.mkdtemp(prefix=f"sp_lightning-league-rank{distributed.rank()}-")
+            self.copies = process_temp_dir(f"sp_lightning-league-rank{distributed.rank()}-")
         return self.copies

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sp_lightning.errors import UserError
+from sp_lightning.scratch_dirs import process_temp_dir
 from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
 
 log = logging.getLogger(__name__)
@@ -241,9 +241,9 @@ def registered_path(adapter_paths: dict[str, str], name: str) -> str:
 
 def ram_temp_dir(prefix: str) -> str:
     """A new directory for files rewritten every optimizer step (learner adapter versions): in
-    ``/dev/shm`` (RAM-backed) where the machine has one, else in the system temp dir."""
-    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=prefix, dir=ram)
+    ``/dev/shm`` (RAM-backed) where the machine has one, else in the system temp dir; those a
+    killed run left there are removed first (``scratch_dirs``)."""
+    return process_temp_dir(prefix, ram=True)
 
 
 class TransientRolloutError(RuntimeError):
