@@ -183,3 +183,12 @@ def check_writable(path: str, key: str, folder: bool = False) -> None:
     if not os.access(ancestor, os.W_OK):
         raise UserError(f"{key} {path}: {ancestor} is not writable by this user; expected a path this user can "
                         f"write")
+
+
+def check_int(value, key: str, least: int, nullable: bool = False) -> None:
+    """Refuse a setting that is not an int of at least ``least`` (a bool is no int here, though
+    Python says it is; ``nullable``: None is fine too), naming ``key``."""
+    if nullable and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{key}: expected an int >= {least}{' or null' if nullable else ''}, got {value!r}")

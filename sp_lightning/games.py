@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any
 
 from sp_lightning.episodes import GameEpisode
+from sp_lightning.errors import check_int
 from sp_lightning.prompts import PromptTemplate, make_template
 from sp_lightning.rubric import RewardSettings
 from sp_lightning.types import LEARNER, PolicyKind, PolicyRef, parse_policy
@@ -82,9 +83,7 @@ class GameSettings:
         if self._facts is not None:
             return
         key = key or f"games[{self.id}]"
-        if self.max_turns is not None and (not isinstance(self.max_turns, int) or isinstance(self.max_turns, bool)
-                                           or self.max_turns < 1):
-            raise ValueError(f"{key}.max_turns: expected an int >= 1 or null, got {self.max_turns!r}")
+        check_int(self.max_turns, f"{key}.max_turns", 1, nullable=True)
         weights = [w for _, w in self._opponents]
         if not weights or any(not w >= 0 for w in weights) or sum(weights) <= 0:
             raise ValueError(f"{key}.opponents: expected weights >= 0 with at least one > 0 (a share of the "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from sp_lightning.errors import UserError
+from sp_lightning.errors import UserError, check_int
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +51,7 @@ class LoraSettings:
     def __post_init__(self):
         # peft's own check of r runs only when the adapter is built, and its message speaks of
         # target_modules (it lists every module it could not adapt)
-        if isinstance(self.r, bool) or not isinstance(self.r, int) or self.r < 1:
-            raise ValueError(f"policy.lora.r: expected an int >= 1, got {self.r!r}")
+        check_int(self.r, "policy.lora.r", 1)
         if not self.alpha > 0:
             raise ValueError(f"policy.lora.alpha: expected > 0, got {self.alpha!r}")
 
@@ -83,9 +82,7 @@ class TinyModelSettings:
 
     def __post_init__(self):
         for name in ("hidden_size", "layers", "heads", "intermediate_size", "vocab_size", "max_positions"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"policy.tiny.{name}: expected an int >= 1, got {value!r}")
+            check_int(getattr(self, name), f"policy.tiny.{name}", 1)
         if self.hidden_size % self.heads:
             raise ValueError(f"policy.tiny.heads: expected a divisor of hidden_size ({self.hidden_size}), got "
                              f"{self.heads}")

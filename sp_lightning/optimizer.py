@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from sp_lightning.errors import check_int
+
 
 @dataclass
 class OptimizerSettings:
@@ -41,8 +43,7 @@ class OptimizerSettings:
         if self.grad_clip is not None and (not number(self.grad_clip) or self.grad_clip <= 0):
             raise ValueError(f"optimizer.grad_clip: expected a number > 0 or null (no clipping), got "
                              f"{self.grad_clip!r}")
-        if not isinstance(self.warmup_steps, int) or isinstance(self.warmup_steps, bool) or self.warmup_steps < 0:
-            raise ValueError(f"optimizer.warmup_steps: expected an int >= 0, got {self.warmup_steps!r}")
+        check_int(self.warmup_steps, "optimizer.warmup_steps", 0)
         if not number(self.min_lr_ratio) or not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"optimizer.min_lr_ratio: expected a number in [0, 1], got {self.min_lr_ratio!r}")
         if self.max_nonfinite_steps < 1:

@@ -104,7 +104,7 @@ class EvaluatorProcess:
         """The newest checkpoint of ``state`` against its gatekeepers, in every game of
         ``players``, handed to the evaluator's process (started now if none is running;
         nothing to play: nothing starts)."""
-        newest, labels = gatekeepers(state, self.settings.gatekeepers)
+        newest, labels = gatekeepers(state, self.settings.labels)
         if newest is None or not labels:
             return
         s = self.settings

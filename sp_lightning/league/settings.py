@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sp_lightning.errors import check_writable
+from sp_lightning.errors import check_int, check_writable
 from sp_lightning.league.matchmaking import MatchmakingSettings
 
 DEFAULT_BASELINES = ["base_model", "random_bot", "chaos_bot"]
@@ -92,13 +92,17 @@ class EvaluatorSettings:
 
     def __post_init__(self):
         for name, least in (("every", 0), ("games_per_seat", 1), ("threads", 1), ("seed", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                raise ValueError(f"data.league.evaluator.{name}: expected an int >= {least}, got {value!r}")
+            check_int(getattr(self, name), f"data.league.evaluator.{name}", least)
         if not self.final_wait >= 0:
             raise ValueError(f"data.league.evaluator.final_wait: expected seconds >= 0, got {self.final_wait!r}")
         if self.gatekeepers is not None and not self.gatekeepers:
             raise ValueError("data.league.evaluator.gatekeepers: expected at least one (league ids, 'best', 'recent')")
+
+    @property
+    def labels(self) -> list[str]:
+        """The gatekeepers asked for: ``gatekeepers``, or the default's (a league resolves its
+        default against its baselines when it is read: ``LeagueSettings``)."""
+        return self.gatekeepers if self.gatekeepers is not None else ["random_bot", "best", "recent"]
 
 
 @dataclass
