@@ -7,9 +7,11 @@ bounded queue (``queue_size``) while the trainer trains on the previous one. The
 staleness: a record may have been sampled by weights some training steps old. Every record
 carries the policy version that generated it (the training step whose weights played); the
 trainer's version minus that is the record's *lag*, in training steps. Records whose lag exceeds
-``max_policy_lag`` are dropped (and counted); PPO's clipped ratio to the behaviour logprobs keeps
-the others in check, and another engine's logprobs are corrected with truncated importance
-sampling (``loss.importance_sampling``).
+``max_policy_lag`` are dropped (and counted). The others are held in check by PPO's clipped
+ratio to the behaviour logprobs where those are the trainer's own (the Hugging Face worker);
+another engine's are corrected by truncated importance sampling (``loss.importance_sampling``)
+instead, its ratio taken to the trainer's first pass, so there the lag is bounded only by
+``tis_cap`` (docs/rollout.md).
 
 How big the lag gets: a producer faster than the trainer runs ``queue_size`` batches ahead plus
 the one it waits to put, so its records are trained ``queue_size + 1`` batches after they were

@@ -296,7 +296,9 @@ class ZLoss(LossTerm):
     def __call__(self, batch: LossBatch, out: ForwardOutputs) -> tuple[Tensor | None, dict[str, Tensor]]:
         mask = batch.mask.to(out.logits.dtype)  # (B, K)
         z_squared = torch.logsumexp(out.logits.float(), dim=-1).pow(2)  # (B, K)
-        loss = self.coef * (z_squared * mask).sum() / batch.num_tokens
+        # at least 1: a learner's micro-batch may hold no trained token (max_train_tokens cut
+        # inside its prompts), and 0/0 would make the whole step non-finite
+        loss = self.coef * (z_squared * mask).sum() / max(batch.num_tokens, 1)
         return loss, {"z_loss": masked_mean(z_squared.detach(), mask)}
 
 

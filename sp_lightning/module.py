@@ -232,6 +232,7 @@ class SelfPlayModule(L.LightningModule):
             self._log_rollout(batch.metrics)
             return None
         # ---- update: loss over micro-batches, optimizer step(s) ----
+        used = ([group["lr"] for group in self.optimizers().param_groups], self.global_step)  # what this step uses
         with PeakMemory() as peak:
             totals, passes = self.updater.run(mine, counts)
         if not any(passes.values()):  # nothing learnt from this batch
@@ -242,11 +243,15 @@ class SelfPlayModule(L.LightningModule):
                 self.nonfinite_in_a_row[name] = 0
         # ---- logging: the last pass's diagnostics (its ratio and clip fraction show how far the
         # earlier passes moved the policy from the one that played) ----
-        self._log_update(batch, time.perf_counter() - start, totals, passes, counts, peak.bytes)
+        self._log_update(batch, time.perf_counter() - start, totals, passes, counts, peak.bytes, used)
         self._log_rollout(batch.metrics)
         return None
 
-    def _log_update(self, batch, elapsed: float, totals: dict, passes: dict, counts: dict, peak: int | None) -> None:
+    def _log_update(self, batch, elapsed: float, totals: dict, passes: dict, counts: dict, peak: int | None,
+                    used: tuple[list[float], int]) -> None:
+        """The step's figures; ``used``: the learning rates and the step the update ran with (the
+        optimizer and the schedules have moved on to the next step's since)."""
+        lrs, step = used
         trained = sum(passes[r.learner] * (len(r.prompt_ids) + len(r.completion_ids)) for r in batch.records)
         # the whole step: playing the batch (timed by the arena; under asynchronous collection
         # only the wait for it, the rest overlapped the previous update) and learning from it
@@ -255,22 +260,21 @@ class SelfPlayModule(L.LightningModule):
                                             "train/update_seconds": elapsed, "train/step_seconds": elapsed + played})
         if peak is not None:  # on a GPU: what the update held at its peak (under asynchronous
             metrics["train/peak_memory_gib"] = peak / 2**30  # collection the producer's generation too)
-        opt = self.optimizers()
         for k, name in enumerate(self.learners.names):
             if not counts[name].records:
                 continue
             prefix = f"train/{name}/" if name else "train/"
             metrics.update({f"{prefix}{key}": value for key, value in totals[name].items()})
             metrics[f"{prefix}records"] = counts[name].records
-            metrics[f"{prefix}lr"] = opt.param_groups[k]["lr"]
+            metrics[f"{prefix}lr"] = lrs[k]  # the first pass's (with update_epochs > 1 each pass steps it)
             if self.learners.imitates(name):
                 continue
             metrics[f"{prefix}advantage_mean"] = totals[name].get(  # credit that learns values: the trainer's own
                 "value_advantage_mean", counts[name].advantage_sum / counts[name].records)
             settings = self.loss_of[name]
-            metrics[f"{prefix}entropy_coef"] = settings.entropy.coef.at(self.global_step)
+            metrics[f"{prefix}entropy_coef"] = settings.entropy.coef.at(step)
             if settings.magnet.coef:
-                metrics[f"{prefix}magnet_coef"] = settings.magnet.coef.at(self.global_step)
+                metrics[f"{prefix}magnet_coef"] = settings.magnet.coef.at(step)
         self.log_dict(metrics, batch_size=max(len(batch.records), 1))
 
     def _log_rollout(self, metrics: dict[str, float]) -> None:
@@ -292,6 +296,8 @@ class SelfPlayModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         states = distributed.gather(rng_streams.global_states())  # every rank samples from its own
         checkpoint["rng_states"] = states[0] if len(states) == 1 else states
+        # a resumed run stops after as many non-finite steps in a row as the unbroken one would
+        checkpoint["nonfinite"] = {"in_a_row": dict(self.nonfinite_in_a_row), "steps": self.nonfinite_steps}
         self.reference.save(checkpoint)
         if not self.uses_adapter:
             return
@@ -304,6 +310,11 @@ class SelfPlayModule(L.LightningModule):
         source = f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint"
         check_fits(checkpoint, self, source)
         self.reference.load(checkpoint, source)
+        nonfinite = checkpoint.get("nonfinite")  # absent from checkpoints made before it was kept
+        if nonfinite is not None:
+            self.nonfinite_in_a_row.update({name: count for name, count in nonfinite["in_a_row"].items()
+                                            if name in self.nonfinite_in_a_row})
+            self.nonfinite_steps = nonfinite["steps"]
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank

@@ -255,6 +255,11 @@ def test_an_extra_term_adds_its_loss_after_the_others_with_its_stats():
     assert_close(stats["z_loss"], (z ** 2).mean())
     loss.backward()
     assert_close(logits.grad[0], 0.5 * (2 * z[:, None] * torch.softmax(logits.detach()[0], -1)) / 2)
+    # a learner's micro-batch with no trained token (max_train_tokens cut inside its prompts):
+    # nothing to add, not 0/0
+    empty, _ = policy_gradient_loss(lp, torch.zeros(1, 2), t([0.0]), torch.zeros(1, 2), logits=logits,
+                                    extra=[ZLoss(coef=0.5)], num_tokens=0)
+    assert torch.isfinite(empty) and empty.item() == 0.0
     assert LossSettings(extra=[ZLoss()]).terms()[-1].coef == 1e-4
     with pytest.raises(ValueError, match="ZLoss coef"):
         ZLoss(coef=0.0)

@@ -279,3 +279,36 @@ def test_a_term_named_in_the_config_joins_the_loss_and_is_logged(tmp_path):
                              "--data.episodes_per_batch", "4")
     assert type(trainer.lightning_module.terms_of[""][-1]).__name__ == "ZLoss"
     assert trainer.logged_metrics["train/z_loss"] > 0
+
+
+def test_the_logged_learning_rate_and_entropy_coefficient_are_those_the_step_used():
+    """train/lr and train/entropy_coef sit beside the loss they produced: read before the step
+    moved the optimizer and the schedules on (they showed the next step's values)."""
+    import lightning as L
+
+    from sp_lightning import build_from_config, make_trainer
+
+    module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--model.update_epochs", "1",
+                                   "--model.optimizer.warmup_steps", "4", "--data.episodes_per_batch", "4",
+                                   "--model.loss.entropy.coef", "{start: 0.1, steps: 2}")
+    used, logged = [], []
+    step_optimizers = module.step_optimizers
+
+    def spy(counted):
+        used.append((module.optimizers().param_groups[0]["lr"], module.loss_of[""].entropy.coef.at(module.global_step)))
+        step_optimizers(counted)
+
+    module.step_optimizers = spy
+
+    class Logged(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            metrics = trainer.callback_metrics
+            logged.append((float(metrics["train/lr"]), float(metrics["train/entropy_coef"])))
+
+    trainer = make_trainer(max_steps=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                           enable_progress_bar=False, callbacks=[Logged()])
+    trainer.fit(module, datamodule=dm)
+    assert len(used) == len(logged) == 3
+    assert [lr for lr, _ in logged] == pytest.approx([lr for lr, _ in used])
+    assert [coef for _, coef in logged] == pytest.approx([coef for _, coef in used]) == [0.1, 0.05, 0.005]
+    assert len({lr for lr, _ in used}) == 3  # the warm-up moves it every step

@@ -79,3 +79,25 @@ def test_a_skipped_later_pass_keeps_the_learning_rate_schedule_on_the_training_s
     trainer.fit(module, datamodule=dm)
     assert len(injector.weights_at_batch) == 4 and module.nonfinite_steps == 1
     assert trainer.global_step == 2 and trainer.lr_scheduler_configs[0].scheduler.last_epoch == 4
+
+
+def test_the_count_of_nonfinite_steps_in_a_row_survives_a_resume(tmp_path, monkeypatch):
+    """Batch 1's second pass (``update_epochs: 2``) is NaN after its first pass stepped: the run
+    ends at step 2 with one non-finite step in a row. The checkpoint keeps the count, so a resumed
+    run stops after as many more as the unbroken one would (it restarted from 0 before)."""
+    from sp_lightning import build_from_config, make_trainer
+
+    def run(max_steps, ckpt_path=None):
+        module, dm = build_from_config("--config", "configs/tictactoe_tiny.yaml", "--model.update_epochs", "2",
+                                       "--model.micro_batch_size", "512", "--data.episodes_per_batch", "8")
+        trainer = make_trainer(max_steps=max_steps, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                               default_root_dir=str(tmp_path), enable_progress_bar=False)
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt_path)
+        return module, trainer
+
+    NaNLogprobsInjector(monkeypatch, nan_at={3})  # the forwards: batch 0's two passes, then batch 1's
+    module, trainer = run(2)
+    assert (module.nonfinite_in_a_row, module.nonfinite_steps) == ({"": 1}, 1)
+    trainer.save_checkpoint(tmp_path / "step2.ckpt")
+    resumed, _ = run(2, str(tmp_path / "step2.ckpt"))  # already at max_steps: it only loads
+    assert (resumed.nonfinite_in_a_row, resumed.nonfinite_steps) == ({"": 1}, 1)
