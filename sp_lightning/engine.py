@@ -36,21 +36,28 @@ from sp_lightning import distributed
 from sp_lightning import rng as rng_streams
 from sp_lightning.arena import Arena
 from sp_lightning.async_rollouts import AsyncCollector, AsyncRolloutSettings
-from sp_lightning.device_memory import PeakMemory
 from sp_lightning.batch import Batch
 from sp_lightning.credit import GRPO, CreditAssigner
+from sp_lightning.device_memory import PeakMemory
 from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
+from sp_lightning.errors import UserError
 from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
 from sp_lightning.games import FixedMix, GameSettings, HeldOutGame, OpponentSampler
-from sp_lightning.imitation import AnticipatoryPlay, Imitation, SeatRewrite, WarmStartSeats, WarmStartSettings
+from sp_lightning.imitation import (
+    AnticipatoryPlay,
+    Imitation,
+    SeatRewrite,
+    WarmStartSeats,
+    WarmStartSettings,
+)
 from sp_lightning.league.settings import LeagueSettings
+from sp_lightning.learners import Learners
 from sp_lightning.rng import seeded_rng
 from sp_lightning.rollout import HFRolloutWorker, RetrySettings, RolloutWorker
 from sp_lightning.rollout.remote import RemoteModel
 from sp_lightning.sampling import SamplingPlan
 from sp_lightning.sources import EpisodeSource, GameMix, NoEpisodes
-from sp_lightning.learners import Learners
-from sp_lightning.types import LEARNER, PolicyKind, as_policy, parse_policy
+from sp_lightning.types import LEARNER, PolicyKind, PolicyRef, as_policy, parse_policy
 
 log = logging.getLogger(__name__)
 
@@ -259,9 +266,9 @@ def check_capabilities(worker: RolloutWorker, settings: EngineSettings, fit: boo
 
 
 def check_named_policies(settings: EngineSettings, bots, learners: Learners | None) -> None:
-    """Refuse, before any game, a bot or a learner the config names that the run does not have
-    (a game's opponent mix, ``data.eval.opponent``, ``data.eval.also_against``): otherwise the
-    first game that seats it fails in the middle of the run, naming no key."""
+    """Refuse, before any game, a bot, a learner or a remote model the config names that the run
+    does not have (a game's opponent mix, ``data.eval.opponent``, ``data.eval.also_against``):
+    otherwise the first game that seats it fails in the middle of the run, naming no key."""
     named = [(f"data.games[{index}].opponents", policy) for index, game in enumerate(settings.games)
              for policy in game.opponent_policies]
     named.append(("data.eval.opponent", parse_policy(settings.eval.opponent, "data.eval.opponent")))
@@ -277,6 +284,15 @@ def check_named_policies(settings: EngineSettings, bots, learners: Learners | No
         if policy.kind is PolicyKind.LEARNER and policy.name and policy.name not in names:
             raise ValueError(f"{key}: no learner named {policy.name!r}; expected "
                              f"{', '.join('learner:' + name for name in names) or 'learner (model.learners names none)'}")
+        check_remote(policy, settings.remote_models, key)
+
+
+def check_remote(policy: PolicyRef, remotes: dict, key: str) -> None:
+    """A ``remote:<name>`` seat must name a model of ``data.remote_models``."""
+    if policy.kind is PolicyKind.REMOTE and policy.name not in remotes:
+        known = f"expected one of {', '.join('remote:' + name for name in sorted(remotes))}" if remotes else \
+            "it names none (a model behind an OpenAI-compatible server is configured there by name)"
+        raise UserError(f"{key}: no remote model named {policy.name!r} in data.remote_models; {known}")
 
 
 class Engine:

@@ -45,6 +45,13 @@ class UserError(ValueError):
     tests that expect them) keeps working; the command line prints its message alone."""
 
 
+class ServiceError(UserError, RuntimeError):
+    """A service outside this process (a model server, a remote API) stayed down or answered what
+    it should not. Not a bug of ours: the message names the URL and what went wrong, and the
+    command line prints it alone, as for a bad config (a ``RuntimeError`` too, for callers that
+    catch those)."""
+
+
 def debug_requested(argv: list[str]) -> bool:
     """Whether the user asked for tracebacks: ``--debug`` on the command line or ``SP_LIGHTNING_DEBUG``
     set to anything but empty or 0."""

@@ -100,6 +100,23 @@ class ModelPlayer:
         return template.parse(completion.text).action_text  # None: an invalid move
 
 
+class RemotePlayer:
+    """A model of ``data.remote_models`` (``remote:<name>``), prompted and read as the arena
+    does it; its answer is text, asked for with the run's evaluation sampling."""
+
+    def __init__(self, remote, game: GameSettings, policy: PolicyRef, sampling: SamplingSettings | SamplingPlan,
+                 role: str):
+        self.remote, self.game, self.policy, self.role = remote, game, policy, role
+        self.sampling = SamplingPlan.of(sampling)
+
+    def __call__(self, observation: str, legal_actions: list[str]) -> str | None:
+        template = self.game.prompt_template
+        request = ModelRequest(self.role, template.messages(observation, self.role), self.policy,
+                               legal_actions)
+        text = self.remote.complete(request.messages, self.sampling.for_request(request))
+        return template.parse(text).action_text  # None: an invalid move
+
+
 def announced(player: Callable[[str, list[str]], str | None], agent: str, write: Callable[[str], None]):
     """``player``, saying what it played: the person's next view may not show it (a board does
     not say which cell is new)."""
@@ -118,13 +135,19 @@ def announced(player: Callable[[str, list[str]], str | None], agent: str, write:
 
 def opponent_players(game: GameSettings, human: str, opponent: str | PolicyRef, worker: RolloutWorker | None,
                      sampling: SamplingSettings | SamplingPlan | None = None,
-                     seed: int | None = None) -> dict[str, Any]:
+                     seed: int | None = None, remotes: dict | None = None) -> dict[str, Any]:
     """A player for every seat but ``human``'s, all of them ``opponent``: ``bot:<name>`` (seeded
-    as the arena seeds its bots), or a model policy served by ``worker`` (``learner``, ``base``,
+    as the arena seeds its bots), ``remote:<name>`` (a model of ``remotes``, the run's
+    ``data.remote_models``), or a model policy served by ``worker`` (``learner``, ``base``,
     ``checkpoint:<name>`` of an adapter the worker holds, or ``checkpoint:<adapter dir>``, which
     is registered under the directory's name)."""
     spec = as_policy(opponent)
     seats = [agent for agent in game.agents if agent != human]
+    if spec.kind is PolicyKind.REMOTE:
+        from sp_lightning.engine import check_remote
+
+        check_remote(spec, remotes or {}, f"opponent {opponent}")
+        return {agent: RemotePlayer(remotes[spec.name], game, spec, sampling or SamplingSettings(), agent) for agent in seats}
     if spec.kind is PolicyKind.BOT:
         require_bot(spec)
         bot = make_bots(seed)[spec.name]

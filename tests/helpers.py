@@ -235,11 +235,13 @@ class ScriptedOpenAIServer:
     ``delay`` seconds before answering; ``GET /v1/version`` answers ``{"version": 7}``.
     ``POST /v1/completions`` (a vLLM server's, with token ids) answers ``max_tokens`` scripted
     tokens with logprob -0.5 each, and ``POST /v1/load_lora_adapter`` (and ``unload_``) accepts any adapter: what a
-    ``ServerRolloutWorker`` needs to run against it. Every request's body is kept in ``bodies``."""
+    ``ServerRolloutWorker`` needs to run against it. Every request's body is kept in ``bodies``.
+    ``reply(path, body)``, where given, scripts a faulty far end: what it returns (a JSON value,
+    or a str sent as an HTML page) answers every completion request and ``GET .../version``."""
 
-    def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0):
+    def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0, reply=None):
         self.answer, self.fail_first, self.status = answer, fail_first, status
-        self.slow_first, self.delay = slow_first, delay
+        self.slow_first, self.delay, self.reply = slow_first, delay, reply
         self.hits = 0
         self.bodies = []
         self.lock = threading.Lock()
@@ -250,9 +252,10 @@ class ScriptedOpenAIServer:
                 pass
 
             def _send(self, code, payload, headers=()):
-                data = json.dumps(payload).encode()
+                page = isinstance(payload, str)
+                data = payload.encode() if page else json.dumps(payload).encode()
                 self.send_response(code)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", "text/html" if page else "application/json")
                 self.send_header("content-length", str(len(data)))
                 for key, value in headers:
                     self.send_header(key, value)
@@ -260,6 +263,9 @@ class ScriptedOpenAIServer:
                 self.wfile.write(data)
 
             def do_GET(self):
+                if server.reply is not None and self.path.endswith("/version"):
+                    self._send(200, server.reply(self.path, None))
+                    return
                 self._send(200, {"version": 7})
 
             def do_POST(self):
@@ -275,6 +281,9 @@ class ScriptedOpenAIServer:
                     time.sleep(server.delay)
                 if self.path.endswith(("/load_lora_adapter", "/unload_lora_adapter")):
                     self._send(200, {})
+                    return
+                if server.reply is not None:
+                    self._send(200, server.reply(self.path, body))
                     return
                 if self.path.endswith("/completions") and not self.path.endswith("/chat/completions"):
                     n = int(body["max_tokens"])

@@ -142,3 +142,22 @@ def test_a_checkpoint_of_another_model_without_its_config_says_to_pass_the_confi
                   write=lambda text: None)
     err = capsys.readouterr().err
     assert "do not fit the config's model" in err and "pass the --config the checkpoint was trained with" in err
+
+
+def test_a_remote_model_plays_against_the_person(serve):
+    """``--opponent remote:<name>``: a model of ``data.remote_models`` answers through its server,
+    prompted as the arena prompts it (it was accepted, then failed after the person's first move)."""
+    import json
+    import re
+
+    server = serve(answer=lambda body: re.findall(r"\[\d\]", body["messages"][-1]["content"])[0])
+    written = []
+    person = ScriptedPerson([str(cell) for cell in (4, 0, 8, 2, 6, 1, 3, 5, 7)])
+    remotes = json.dumps({"opp": {"base_url": server.url, "model": "m", "max_retries": 0}})
+    totals = play_main(["--config", "configs/tictactoe_tiny.yaml", "--opponent", "remote:opp",
+                        "--data.remote_models", remotes], read=person, write=written.append)
+    text = "\n".join(written)
+    assert totals is not None and "against remote:opp" in text
+    moves = [line for line in text.splitlines() if line.startswith("player_1 plays")]
+    assert moves and server.hits == len(moves) and not any("not a legal move" in line for line in moves)
+    assert "Legal moves:" in server.bodies[0]["messages"][-1]["content"]  # the observation, as the arena sends it

@@ -16,6 +16,7 @@ from sp_lightning.arena import Arena
 from sp_lightning.batch import to_records
 from sp_lightning.credit import EpisodicRewardCredit
 from sp_lightning.episodes import SingleTurnEpisode
+from sp_lightning.errors import user_message
 from sp_lightning.games import GameSettings, parse_policy
 from sp_lightning.judges import Judge
 from sp_lightning.rollout.base import SamplingSettings
@@ -73,11 +74,36 @@ def test_a_server_that_is_down_gives_an_error_naming_the_url():
         _ask(RemoteModel(url, "m", max_retries=1, timeout=2.0))
 
 
+@pytest.mark.parametrize("reply, expected", [
+    (lambda path, body: "<html>a proxy's page</html>", "not a chat completion .*a proxy's page"),
+    (lambda path, body: {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+                         "choices": [{"index": 0, "finish_reason": "stop", "message": None}]}, "not a chat completion"),
+], ids=["an HTML page", "a choice without a message"])
+def test_an_answer_that_is_no_chat_completion_is_an_error_naming_the_url(serve, reply, expected):
+    server = serve(reply=reply)
+    with pytest.raises(RemoteModelError, match=re.escape(server.url) + ": " + expected) as caught:
+        _ask(RemoteModel(server.url, "m", max_retries=0))
+    assert user_message(caught.value) == str(caught.value)  # one line on the command line, no traceback
+
+
+@pytest.mark.parametrize("version", ["abc", None, -1, 2.5])
+def test_a_version_that_is_no_count_is_an_error_naming_its_url(serve, version):
+    server = serve(reply=lambda path, body: {"version": version})
+    model = RemoteModel(server.url, "m", version_url=server.url + "/version")
+    with pytest.raises(RemoteModelError, match=re.escape(server.url + "/version") + f" is {re.escape(repr(version))}; "
+                       "expected an int >= 0"):
+        model.get_policy_version()
+
+
 def test_bad_settings_name_what_was_expected():
     with pytest.raises(ValueError, match="base_url must start with http"):
         RemoteModel("localhost:8000", "m")
     with pytest.raises(ValueError, match="max_concurrency >= 1"):
         RemoteModel("http://x", "m", max_concurrency=0)
+    with pytest.raises(ValueError, match="max_tokens: expected an int >= 1 or null"):
+        RemoteModel("http://x", "m", max_tokens=0)  # was read as null: the run's budget
+    with pytest.raises(ValueError, match="temperature: expected >= 0 or null"):
+        RemoteModel("http://x", "m", temperature=-0.5)
     assert parse_policy("remote:grader") == PolicyRef("remote", "grader")
 
 

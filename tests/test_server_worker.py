@@ -3,13 +3,19 @@ server that stays down failing with an error that names its URL (the vLLM server
 one killed mid-run, are exercised in tests/test_vllm_servers.py)."""
 
 import os
+import re
 
 import pytest
 
+from sp_lightning.errors import user_message
 from sp_lightning.rollout import RetrySettings, SamplingSettings
-from sp_lightning.rollout.base import RolloutFailed, TransientRolloutError, generate_with_retries
+from sp_lightning.rollout.base import (
+    RolloutFailed,
+    TransientRolloutError,
+    generate_with_retries,
+)
 from sp_lightning.rollout.fleet import ServerFleet
-from sp_lightning.rollout.server import ServerRolloutWorker
+from sp_lightning.rollout.server import ServerError, ServerRolloutWorker
 from sp_lightning.types import ModelRequest, PolicyRef
 from tests.helpers import free_ports, send_weights
 
@@ -25,6 +31,47 @@ def test_settings_are_checked(tiny_policy):
         ServerRolloutWorker(model, tok, base_urls=[], served_model="m")
     with pytest.raises(ValueError, match="must start with http"):
         ServerRolloutWorker(model, tok, base_urls=["localhost:8000/v1"], served_model="m")
+
+
+def test_its_numbers_are_checked_by_name(tiny_policy):
+    model, tok = tiny_policy
+    for kwargs, message in (({"max_concurrency": 0}, "rollout.max_concurrency: expected an int >= 1, got 0"),
+                            ({"max_retries": -1}, "rollout.max_retries: expected an int >= 0, got -1"),
+                            ({"timeout": 0}, "rollout.timeout / probe_every_s: expected > 0 / >= 0 seconds")):
+        with pytest.raises(ValueError, match=message):
+            ServerRolloutWorker(model, tok, base_urls=["http://127.0.0.1:1/v1"], served_model="m", **kwargs)
+
+
+def _completion(ids, logprobs, choices=True):
+    choice = {"index": 0, "text": "", "finish_reason": "length", "token_ids": ids, "logprobs": {"token_logprobs": logprobs}}
+    return {"id": "c", "object": "text_completion", "created": 0, "model": "m", "choices": [choice] if choices else []}
+
+
+@pytest.mark.parametrize("reply, expected", [
+    (lambda path, body: _completion([5], [-0.5], choices=False), "not a completion with token ids and logprobs"),
+    (lambda path, body: _completion([5], None), "not a completion with token ids and logprobs"),
+    (lambda path, body: _completion([5], [None]), "not a completion with token ids and logprobs"),
+    (lambda path, body: "<html>a proxy's page</html>", "not a completion .*a proxy's page"),
+    (lambda path, body: _completion([10**9], [-0.5]), r".*expected each in \[0, \d+\) of this tokenizer"),
+    (lambda path, body: _completion([-1], [-0.5]), r".*expected each in \[0, \d+\) of this tokenizer"),
+    (lambda path, body: _completion([5] * 9, [-0.5] * 9), r"9 completion token ids \(at most 2 asked for\)"),
+    (lambda path, body: _completion([5], [3.0]), "a completion logprob that is not a finite number <= 0"),
+    (lambda path, body: _completion([5], [float("nan")]), "a completion logprob that is not a finite number <= 0"),
+], ids=["no choices", "no logprobs", "a null logprob", "an HTML page", "an id past the vocabulary", "a negative id",
+        "more tokens than asked", "a positive logprob", "a NaN logprob"])
+def test_an_answer_the_trainer_could_not_use_is_an_error_naming_the_server(serve, tiny_policy, tmp_path, reply,
+                                                                           expected):
+    """What a server sends is checked before it reaches the trainer: an id outside the
+    vocabulary went on to an IndexError in the embedding (a device-side assert on a GPU)."""
+    model, tok = tiny_policy
+    server = serve(reply=reply)
+    worker = ServerRolloutWorker(model, tok, base_urls=[server.url], served_model="m", adapter_dir=str(tmp_path),
+                                 timeout=5, max_retries=0)
+    request = ModelRequest("player", [{"role": "user", "content": "hi"}], PolicyRef("base"))
+    with pytest.raises(ServerError, match=re.escape(f"server {server.url}: ") + expected) as caught:
+        worker.generate([request], SamplingSettings(max_new_tokens=2))
+    assert user_message(caught.value) == " ".join(str(caught.value).split())
+    worker.close()
 
 
 def test_a_server_that_stays_down_fails_naming_its_url(tiny_policy, tmp_path):

@@ -91,6 +91,7 @@ def check_players(ours, engine, model) -> None:
     """Refuse an --opponent or --learner the run cannot seat: a bot it does not have, an adapter
     directory that is not one or does not fit ``model``, a learner the config does not name."""
     from sp_lightning.checkpoints import check_adapter_opponent
+    from sp_lightning.engine import check_remote
     from sp_lightning.types import PolicyKind, parse_policy
 
     names = [name for name in engine.learners.names if name]
@@ -100,6 +101,7 @@ def check_players(ours, engine, model) -> None:
             raise UserError(f"--opponent {ours.opponent}: no such learner; expected one of "
                             f"{', '.join('learner:' + name for name in names) or 'learner (the config has one)'}")
         _check_bot(engine, policy, f"--opponent {ours.opponent}")
+        check_remote(policy, engine.remotes, f"--opponent {ours.opponent}")
         if policy.kind is PolicyKind.CHECKPOINT:
             check_adapter_opponent(policy.name, "--opponent", model)
     if ours.player:

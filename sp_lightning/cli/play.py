@@ -18,10 +18,18 @@ from typing import Any
 
 from envs import play
 from sp_lightning.cli.common import fail, parse_command
+from sp_lightning.engine import check_remote
 from sp_lightning.errors import UserError
 
 PROG = "sp-lightning play"
-from sp_lightning.play import HumanPlayer, PlayerQuit, announced, format_result, opponent_players, require_bot
+from sp_lightning.play import (
+    HumanPlayer,
+    PlayerQuit,
+    announced,
+    format_result,
+    opponent_players,
+    require_bot,
+)
 from sp_lightning.types import PolicyKind, parse_policy
 
 
@@ -30,7 +38,8 @@ def add_flags(parser) -> None:
                         help="game id (one of the config's games; default: its first). Without --config, any "
                              "registered game id")
     parser.add_argument("--opponent", default="learner",
-                        help="learner | base | checkpoint:<adapter dir> | bot:<name> (default: learner)")
+                        help="learner | base | checkpoint:<adapter dir> | bot:<name> | remote:<name of "
+                             "data.remote_models> (default: learner)")
     parser.add_argument("--checkpoint", type=str | None, default=None,
                         help="Lightning .ckpt or peft adapter dir loaded as the learner")
     parser.add_argument("--seat", type=int, default=0, help="your seat, 0-based (default 0: you move first)")
@@ -55,6 +64,7 @@ def main(args: list[str], read: Callable[[str], str] = input,
 
         check_adapter_opponent(spec.name, "--opponent", module.model)
     engine = datamodule.build_engine(module)
+    check_remote(spec, engine.remotes, f"--opponent {ours.opponent}")  # before the game starts
     engine.start()
     try:
         return _play_one_game(ours, module, datamodule, spec, read, write)
@@ -71,7 +81,7 @@ def _play_one_game(ours, module, datamodule, spec, read, write) -> dict[str, flo
         fail(PROG, f"--seat {ours.seat}: {game.name} has seats 0..{len(seats) - 1}")
     human = seats[ours.seat]
     worker = None
-    if spec.kind is not PolicyKind.BOT:
+    if spec.kind not in (PolicyKind.BOT, PolicyKind.REMOTE):
         if ours.checkpoint:
             try:  # a file that is not a checkpoint of this config: the message says which and why
                 module.load_policy_weights(ours.checkpoint)
@@ -81,7 +91,7 @@ def _play_one_game(ours, module, datamodule, spec, read, write) -> dict[str, flo
         worker = engine.worker
     policies: dict[str, Any] = {human: HumanPlayer(read, write)}
     for agent, player in opponent_players(game, human, ours.opponent, worker, engine.eval_sampling(),
-                                          ours.seed).items():
+                                          ours.seed, engine.remotes).items():
         policies[agent] = announced(player, agent, write)
     against = ours.opponent
     if spec.kind is PolicyKind.LEARNER:

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sp_lightning.errors import UserError
+from sp_lightning.errors import ServiceError, UserError
 from sp_lightning.scratch_dirs import process_temp_dir
 from sp_lightning.types import PROMPT_TOO_LONG, Completion, ModelRequest, PolicyRef
 
@@ -256,7 +256,7 @@ class TransientRolloutError(RuntimeError):
 RETRYABLE = (TransientRolloutError, ConnectionError, TimeoutError)
 
 
-class RolloutFailed(RuntimeError):
+class RolloutFailed(ServiceError):
     """The backend kept failing: the batch in flight is dropped whole and the run stops."""
 
 

@@ -24,13 +24,13 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from sp_lightning.errors import UserError
+from sp_lightning.errors import ServiceError, UserError
 from sp_lightning.rollout.base import RolloutWorker, SamplingSettings, refuse
 from sp_lightning.rollout.chat import neutralise_remote
 from sp_lightning.types import Completion, ModelRequest, PolicyKind
 
 
-class RemoteModelError(RuntimeError):
+class RemoteModelError(ServiceError):
     """A remote model could not answer (after the client's retries); the message names the URL."""
 
 
@@ -69,6 +69,13 @@ class RemoteModel:
         if self.timeout <= 0 or self.max_retries < 0 or self.max_concurrency < 1:
             raise UserError(f"remote model {self.model!r}: expected timeout > 0, max_retries >= 0 and "
                             f"max_concurrency >= 1, got {self.timeout}, {self.max_retries}, {self.max_concurrency}")
+        if self.max_tokens is not None and (isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int)
+                                            or self.max_tokens < 1):
+            raise UserError(f"remote model {self.model!r}: max_tokens: expected an int >= 1 or null (the run's "
+                            f"sampling.max_new_tokens), got {self.max_tokens!r}")
+        if self.temperature is not None and not self.temperature >= 0:
+            raise UserError(f"remote model {self.model!r}: temperature: expected >= 0 or null (the run's), got "
+                            f"{self.temperature!r}")
         self._client = None
         self._pool: ThreadPoolExecutor | None = None
 
@@ -98,9 +105,16 @@ class RemoteModel:
         except openai.APIError as error:  # connection refused, timed out
             raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: no answer after "
                                    f"{self.max_retries} retries ({type(error).__name__}: {error})") from error
+        try:  # a proxy's HTML page, a choice without a message: the server's fault, named as such
+            content = response.choices[0].message.content if response.choices else None
+            if response.choices and content is not None and not isinstance(content, str):
+                raise TypeError(f"content is a {type(content).__name__}")
+        except (AttributeError, IndexError, TypeError) as error:
+            raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: not a chat completion "
+                                   f"({type(error).__name__}: {error}); got {str(response)[:200]!r}") from error
         if not response.choices:
             raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: an answer without choices")
-        return response.choices[0].message.content or ""
+        return content or ""
 
     def submit(self, request: ModelRequest, sampling: SamplingSettings, versions: dict[str, int]) -> asyncio.Future:
         """Send the request now, on this model's thread pool, and return the future Completion
@@ -129,6 +143,9 @@ class RemoteModel:
             raise RemoteModelError(f"remote model {self.model!r}: cannot read its version at "
                                    f"{self.version_url}: {error}") from error
         value = body.get("version", 0) if isinstance(body, dict) else body
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < 0:
+            raise RemoteModelError(f"remote model {self.model!r}: its version at {self.version_url} is {value!r}; "
+                                   f"expected an int >= 0 (a JSON number, or an object with \"version\")")
         return int(value)
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ A server that returns no token ids cannot train a policy: that is an error here 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -49,6 +50,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from sp_lightning.errors import ServiceError, check_int
 from sp_lightning.rollout.adapter_files import AdapterFiles
 from sp_lightning.rollout.base import (
     RolloutWorker, SamplingSettings, TransientRolloutError, WeightUpdate, check_adapter_dir,
@@ -59,7 +61,7 @@ from sp_lightning.rollout.fleet import ServerFleet
 from sp_lightning.types import Completion, ModelRequest, PolicyKind, PolicyRef
 
 
-class ServerError(RuntimeError):
+class ServerError(ServiceError):
     """A server refused a request (not a transient fault); the message names the URL."""
 
     def __init__(self, message: str, status: int | None = None):
@@ -108,6 +110,11 @@ class ServerRolloutWorker(RolloutWorker):
         for url in base_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"rollout.base_urls: {url!r} must start with http:// or https://")
+        if not timeout > 0 or not probe_every_s >= 0:
+            raise ValueError(f"rollout.timeout / probe_every_s: expected > 0 / >= 0 seconds, got {timeout!r} / "
+                             f"{probe_every_s!r}")
+        check_int(max_retries, "rollout.max_retries", 0)
+        check_int(max_concurrency, "rollout.max_concurrency", 1)
         self.tokenizer = tokenizer
         self.prompts = PromptEncoder(tokenizer)
         self.base_urls = [url.rstrip("/") for url in base_urls]
@@ -396,6 +403,17 @@ class ServerRolloutWorker(RolloutWorker):
         except openai.APIError as error:  # refused, timed out, dropped: after the client's retries
             raise TransientRolloutError(f"server {url}: no answer after {self.max_retries} retries "
                                         f"({type(error).__name__}: {error})") from error
+        try:  # what a server sends is checked before it can reach the trainer's embedding
+            return self._read_completion(url, answer, sampling)
+        except (AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
+            if isinstance(error, ServerError):
+                raise
+            raise ServerError(f"server {url}: not a completion with token ids and logprobs ({type(error).__name__}: "
+                              f"{error}); got {str(answer)[:200]!r}") from error
+
+    def _read_completion(self, url: str, answer, sampling: SamplingSettings) -> tuple[list[int], list[float]]:
+        """The token ids and logprobs of ``answer``'s one choice, each checked: ids of the
+        tokenizer's vocabulary, no more than asked for, a finite logprob <= 0 for each."""
         choice = answer.choices[0]
         ids = getattr(choice, "token_ids", None)
         if ids is None and getattr(choice, "model_extra", None):
@@ -404,10 +422,19 @@ class ServerRolloutWorker(RolloutWorker):
             raise ServerError(f"server {url}: the completion came without token ids (a vLLM server returns "
                               f"them for return_token_ids); a text-only server cannot train a policy: use "
                               f"RemoteRolloutWorker for text-only rollouts")
-        logprobs = list(choice.logprobs.token_logprobs) if choice.logprobs is not None else []
+        ids = [int(i) for i in ids]
+        logprobs = [float(x) for x in choice.logprobs.token_logprobs] if choice.logprobs is not None else []
         if len(logprobs) != len(ids):
             raise ServerError(f"server {url}: {len(ids)} completion tokens but {len(logprobs)} logprobs")
-        return list(ids), [float(x) for x in logprobs]
+        vocab = len(self.tokenizer)
+        if len(ids) > sampling.max_new_tokens or any(not 0 <= i < vocab for i in ids):
+            raise ServerError(f"server {url}: {len(ids)} completion token ids (at most {sampling.max_new_tokens} "
+                              f"asked for), expected each in [0, {vocab}) of this tokenizer; got {ids[:20]}: is "
+                              f"it serving another model?")
+        if any(not (math.isfinite(x) and x <= 1e-4) for x in logprobs):  # rounding may leave a hair above 0
+            raise ServerError(f"server {url}: a completion logprob that is not a finite number <= 0: "
+                              f"{[x for x in logprobs if not (math.isfinite(x) and x <= 1e-4)][:5]}")
+        return ids, logprobs
 
     def completion_logprobs(self, requests: list[ModelRequest], completions: list[list[str]]) -> list[list[float]]:
         raise refuse(self, "score given answers (a policy's strategy, for exploitability)",
