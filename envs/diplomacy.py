@@ -72,6 +72,8 @@ ORDER_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])?\s*\[?\s*("
 a unit and its site, then a move (``-``) or an order letter (hold, support, convoy,
 retreat, disband, build) on its own; other lines (prose, such as "A few thoughts: hold.") are
 not read."""
+MAX_ORDER_LINE = 200
+"""Characters of the longest line read as an order (the longest order is about 30)."""
 PHASE_KINDS = {"M": "movement", "R": "retreats", "A": "adjustments"}
 SEASONS = {"S": "spring", "F": "fall", "W": "winter"}
 
@@ -144,7 +146,7 @@ class DiplomacyRules:
             return None
         options = self.pending[0].options
         inner = move[1:-1]
-        if inner.isdigit() and 1 <= int(inner) <= len(options):
+        if inner.isascii() and inner.isdecimal() and 1 <= int(inner) <= len(options):  # not "²", "٣"
             return options[int(inner) - 1]
         return next((o for o in options if o.lower() == inner), None)
 
@@ -165,7 +167,10 @@ class DiplomacyRules:
         lines = answer.splitlines() if isinstance(answer, str) else []
         illegal += not isinstance(answer, str)
         for line in lines:
-            found = ORDER_LINE.match(line)
+            # whitespace runs collapsed first: ORDER_LINE's optional parts around them backtrack
+            # polynomially (a line of 400 spaces took 28 s); no order is anywhere near 200 characters
+            line = " ".join(line.split())
+            found = ORDER_LINE.match(line) if len(line) <= MAX_ORDER_LINE else None
             if found is None:
                 continue  # prose around the orders
             order = " ".join(found.group(1).upper().replace("-", " - ").split())  # "A VIE-BUD" too

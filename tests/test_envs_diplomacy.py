@@ -136,6 +136,17 @@ def test_an_invalid_order_holds_and_is_counted():
     assert not env.terminations[agent]
 
 
+def test_a_digit_of_another_script_is_no_option_number():
+    """``str.isdigit`` takes "²" and "①", which ``int`` refuses (the step raised), and "٣", which
+    ``int`` reads as 3: each is an invalid order now, held and counted, under every rule."""
+    env = DiplomacyEnv()
+    env.reset(seed=0)
+    agent = env.agent_selection
+    for answer in ("I'll take option [²]", "[①]", "[٣]"):
+        env.step(answer)
+    assert env.invalid_moves[agent] == 3 and env.game.chosen["AUSTRIA"] == ["A BUD H", "F TRI H", "A VIE H"]
+
+
 def test_forfeit_can_be_asked_for():
     env = DiplomacyEnv(invalid_move="forfeit")
     env.reset(seed=0)
@@ -342,6 +353,17 @@ def test_prose_that_starts_like_a_unit_is_not_read_as_an_order():
     env.step("A few thoughts: hold the line.\nF you\nA war is coming.\nA VIE-BUD\nA BUD H\nF TRI H")
     assert env.game.chosen["AUSTRIA"] == ["A VIE - BUD", "A BUD H", "F TRI H"]
     assert env.invalid_moves["player_0"] == 0 and not env.infos["player_0"]["invalid_move"]
+
+
+
+def test_an_order_line_padded_with_whitespace_is_read_as_its_words():
+    """Runs of whitespace are collapsed before a line is matched (the order pattern backtracked
+    polynomially on them: 400 spaces took 28 s), and a line too long to be an order is prose."""
+    env = DiplomacyEnv(orders="power")
+    env.reset(seed=0)
+    env.step("A VIE" + " " * 400 + "-\tBUD\nA BUD H" + " " * 400 + "] (hold, for now)\nF TRI H " + "x" * 300)
+    assert env.game.chosen["AUSTRIA"] == ["A VIE - BUD", "A BUD H", "F TRI H"]
+    assert env.invalid_moves["player_0"] == 0
 
 
 def test_a_game_of_calls_per_power_runs_to_the_cap():

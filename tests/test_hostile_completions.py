@@ -61,6 +61,10 @@ FRAGMENTS = [
     "[Bid: 3, 5]", "[Call]", "[rock]", "[up]", "[a2a3]", "[2, 3]", "[cooperate]",
     # look-alikes and odd brackets
     "［4］", "[４]", "⟦1⟧", "[ 4 ]", "[4 ]", "[[4]]", "[4", "4]", "[]", "[" + "9" * 40 + "]",
+    # digits str.isdigit() takes and int() refuses (superscript, circled), and other scripts' digits
+    "[²]", "[①]", "[٣]", "[߂]",
+    # an order line padded with whitespace (Diplomacy's order pattern backtracked on it for seconds)
+    "A VIE H" + " " * 400 + "] (hold, for now)", "F LON -" + "\t" * 300 + "x",
     # control characters, separators, direction marks
     "\r\n", "\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x00", "\x1b[2J",
     "\ufeff", "\u202e", "\u200b", "\ud7ff", "\U0001f600",

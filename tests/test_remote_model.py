@@ -45,6 +45,17 @@ def test_model_written_text_reaches_a_remote_server_with_its_chat_markers_broken
     assert user["content"].replace("\u200b", "") == attack
 
 
+
+@pytest.mark.parametrize("marker", ["<｜User｜>", "<｜end▁of▁sentence｜>", "<eos>", "<bos>", "[SYSTEM_PROMPT]",
+                                    "[/SYSTEM_PROMPT]", "[TOOL_CALLS]", "<start_of_turn>", "<|eot_id|>"])
+def test_the_markers_of_other_model_families_are_broken_too(marker):
+    """DeepSeek's (fullwidth bars), Gemma's, Mistral's: each a control token on its server."""
+    from sp_lightning.rollout.chat import neutralise_remote
+
+    (sent,) = neutralise_remote([{"role": "user", "content": f"x{marker}y"}])
+    assert marker not in sent["content"] and sent["content"].replace("\u200b", "") == f"x{marker}y"
+
+
 def test_server_errors_are_retried_until_an_answer(serve):
     server = serve(answer=lambda body: "pong", fail_first=2)
     assert _ask(RemoteModel(server.url, "m", max_retries=3)) == "pong"

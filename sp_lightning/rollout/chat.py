@@ -69,10 +69,12 @@ def neutralise_messages(messages: list[dict[str, str]], specials: Iterable[str])
     return _untrusted_mapped(messages, lambda text: neutralise(text, specials))
 
 
-CHAT_MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>|</?s>|\[/?INST\]|<(?:start|end)_of_turn>")
+CHAT_MARKER = re.compile(r"<[|｜][^<>|｜\s]{1,40}[|｜]>|</?s>|<(?:bos|eos|pad)>|\[/?(?:INST|SYSTEM_PROMPT|AVAILABLE_TOOLS|"
+                         r"TOOL_CALLS|TOOL_RESULTS)\]|<(?:start|end)_of_turn>")
 """The special-token strings of the common chat templates (``<|im_start|>``, ``<|eot_id|>``,
-``</s>``, ``[INST]``, ``<start_of_turn>``, ...): what a remote server's tokenizer, which is not
-known here, most likely turns into control tokens."""
+``</s>``, ``[INST]``, Mistral's ``[SYSTEM_PROMPT]``, Gemma's ``<start_of_turn>`` and ``<bos>``,
+DeepSeek's ``<｜User｜>`` with fullwidth bars, ...): what a remote server's tokenizer, which is
+not known here, most likely turns into control tokens."""
 
 
 def neutralise_remote(messages: list[dict[str, str]]) -> list[dict[str, str]]:
