@@ -43,7 +43,9 @@ class RemoteModel:
         model: The model name the server knows.
         api_key_env: The environment variable holding the API key; a local server needs none
             (an unset variable sends a placeholder key).
-        timeout: Seconds before one attempt is abandoned (then retried).
+        timeout: Seconds the server may stay silent (connecting, or between two reads of its
+            answer) before the attempt is abandoned (then retried). An answer that keeps
+            trickling in is waited for: the ``openai`` client's timeout is httpx's, per read.
         max_retries: Retries after the first attempt, with exponential backoff.
         max_concurrency: Requests to this server in flight at once.
         temperature: Sampling temperature for this model; null uses the run's sampling.

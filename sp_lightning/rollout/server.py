@@ -92,7 +92,9 @@ class ServerRolloutWorker(RolloutWorker):
             adapter_dir: Where learner versions are written for the servers to read; by
                 default a new directory under ``/dev/shm`` (or the temp dir): same machine only.
             api_key_env: Environment variable of the API key (a local server needs none).
-            timeout: Seconds before one attempt is abandoned (then retried).
+            timeout: Seconds a server may stay silent (connecting, or between two reads of its
+                answer) before the attempt is abandoned (then retried); an answer that keeps
+                trickling in is waited for (httpx's timeout, per read).
             max_retries: Retries of a request after the first attempt, with backoff.
             max_concurrency: Requests in flight per server.
             max_model_len: The servers' context; by default the model's. Longer prompts are
@@ -123,6 +125,9 @@ class ServerRolloutWorker(RolloutWorker):
         self.max_concurrency = max_concurrency
         self.max_prompt_tokens = checked_max_prompt_tokens(max_prompt_tokens)
         self.max_model_len = context_length(model, max_model_len)
+        # the ids a completion may hold: what the trainer's embedding takes (it may have more
+        # rows than the tokenizer has tokens, padded for speed)
+        self.vocab_size = max(len(tokenizer), getattr(getattr(model, "config", None), "vocab_size", 0) or 0)
         self._owns_root = adapter_dir is None
         self.root = adapter_dir or ram_temp_dir("sp_lightning_server_")
         os.makedirs(self.root, exist_ok=True)
@@ -202,7 +207,10 @@ class ServerRolloutWorker(RolloutWorker):
                 models = self._get(url, "v1/models", timeout=min(self.timeout, 5.0)) or {}
             except (OSError, ValueError):
                 continue
-            names = {entry.get("id") for entry in models.get("data", [])}
+            entries = models.get("data", []) if isinstance(models, dict) else None
+            if not isinstance(entries, list):
+                continue  # not a vLLM server's model list: it stays out of the rotation
+            names = {entry.get("id") for entry in entries if isinstance(entry, dict)}
             wanted = set(self._served_paths) | {self.served_model}
             for name in names - wanted:
                 if name and name.endswith(f"-{self._tag}"):
@@ -413,7 +421,7 @@ class ServerRolloutWorker(RolloutWorker):
 
     def _read_completion(self, url: str, answer, sampling: SamplingSettings) -> tuple[list[int], list[float]]:
         """The token ids and logprobs of ``answer``'s one choice, each checked: ids of the
-        tokenizer's vocabulary, no more than asked for, a finite logprob <= 0 for each."""
+        model's vocabulary, no more than asked for, a finite logprob <= 0 for each."""
         choice = answer.choices[0]
         ids = getattr(choice, "token_ids", None)
         if ids is None and getattr(choice, "model_extra", None):
@@ -426,11 +434,11 @@ class ServerRolloutWorker(RolloutWorker):
         logprobs = [float(x) for x in choice.logprobs.token_logprobs] if choice.logprobs is not None else []
         if len(logprobs) != len(ids):
             raise ServerError(f"server {url}: {len(ids)} completion tokens but {len(logprobs)} logprobs")
-        vocab = len(self.tokenizer)
+        vocab = self.vocab_size
         if len(ids) > sampling.max_new_tokens or any(not 0 <= i < vocab for i in ids):
             raise ServerError(f"server {url}: {len(ids)} completion token ids (at most {sampling.max_new_tokens} "
-                              f"asked for), expected each in [0, {vocab}) of this tokenizer; got {ids[:20]}: is "
-                              f"it serving another model?")
+                              f"asked for), expected each in [0, {vocab}) of this model's vocabulary; got {ids[:20]}: "
+                              f"is it serving another model?")
         if any(not (math.isfinite(x) and x <= 1e-4) for x in logprobs):  # rounding may leave a hair above 0
             raise ServerError(f"server {url}: a completion logprob that is not a finite number <= 0: "
                               f"{[x for x in logprobs if not (math.isfinite(x) and x <= 1e-4)][:5]}")
