@@ -199,6 +199,16 @@ class KuhnPokerEnv(TextGameEnv):
         deals = [self.np_random.permutation(3)[:2].tolist() for _ in range(self.num_hands)]
         return KuhnPokerRules(deals)
 
+    def snapshot(self, seed: int) -> KuhnPokerEnv:
+        """The copy of the contract (item 9), and the hands not yet dealt dealt again from
+        ``seed``: every hand's cards are drawn at reset, so a copy would otherwise replay the
+        original's future deals (known to a continuation)."""
+        twin = super().snapshot(seed)
+        game = twin.game
+        for h in range(game.hand_index + 1, len(game.hands)):
+            game.hands[h] = KuhnHand(cards=tuple(int(c) for c in twin.np_random.permutation(3)[:2]), first=h % 2)
+        return twin
+
     def _view(self, seat: int) -> str:
         g = self.game
         current = min(g.hand_index, self.num_hands - 1)

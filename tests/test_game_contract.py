@@ -712,6 +712,31 @@ def test_two_snapshots_with_one_seed_play_alike_and_an_invalid_move_draws_from_t
     assert games[0] == games[1]
 
 
+@pytest.mark.parametrize("game_id, kwargs, move", [
+    ("kuhn_poker_v1", {"num_hands": 3}, "[check]"),  # hands 2 and 3 were dealt at reset
+    ("textarena:PigDice-v0", {}, "[roll]"),  # the game's own random state, swapped in around each call
+])
+def test_a_snapshot_draws_its_future_chance_from_its_own_seed(game_id, kwargs, move):
+    """Item 9: chance from the copy on draws from ``seed``; copies with other seeds play other
+    deals and rolls (they replayed the original's, known to a continuation, before)."""
+    if game_id.startswith("textarena"):
+        pytest.importorskip("textarena")
+    env = make(game_id, **kwargs)
+    env.reset(seed=0)
+    futures = set()
+    for seed in range(12):
+        twin = env.snapshot(seed=seed)
+        views = []
+        for _ in range(6):
+            if not running(twin):
+                break
+            options = legal(twin)
+            twin.step(move if move in options else options[0])
+            views.append(twin.observe(twin.possible_agents[0])["text"])
+        futures.add(tuple(views))
+    assert len(futures) > 1
+
+
 def test_a_wrapped_game_that_cannot_be_copied_says_so_naming_it():
     pytest.importorskip("pygame")
     from envs.adapters.pettingzoo_classic import ClassicTextEnv, make_pettingzoo_env

@@ -526,6 +526,14 @@ class TextArenaEnv(TextGameEnv):
             clip=self.action_max_length,
         )
 
+    def snapshot(self, seed: int) -> TextArenaEnv:
+        """The copy of the contract (item 9), with the game's own ``random`` state (what a
+        TextArena game draws its dice and deals from, swapped in around each call) reseeded from
+        ``seed``: a copy would otherwise replay the original's future rolls."""
+        twin = super().snapshot(seed)
+        twin.game._random_state = random.Random(seed).getstate()
+        return twin
+
     def _view(self, seat: int) -> str:
         return self.game.log_text(seat, self.observation_max_length)
 
