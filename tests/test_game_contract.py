@@ -737,6 +737,20 @@ def test_a_snapshot_draws_its_future_chance_from_its_own_seed(game_id, kwargs, m
     assert len(futures) > 1
 
 
+def test_a_deep_copy_of_a_wrapped_pettingzoo_game_plays_to_its_end():
+    """``copy.deepcopy`` replays the game on a fresh wrapped env, as a snapshot does (a deep copy
+    of the wrapped env raised AttributeError at the game's end); the original plays on alike."""
+    import copy
+
+    pytest.importorskip("pygame")
+    env = make("pettingzoo:tictactoe_v3")
+    env.reset(seed=0)
+    env.step(legal(env)[0])
+    twin = copy.deepcopy(env)
+    assert _view(twin) == _view(env)
+    assert _play_out(twin, np.random.default_rng(5)) == _play_out(env, np.random.default_rng(5))
+
+
 def test_a_wrapped_game_that_cannot_be_copied_says_so_naming_it():
     pytest.importorskip("pygame")
     from envs.adapters.pettingzoo_classic import ClassicTextEnv, make_pettingzoo_env

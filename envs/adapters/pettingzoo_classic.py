@@ -341,3 +341,11 @@ class ClassicTextEnv(TextGameEnv):
         twin.game = self.game.replayed_on(twin.inner)
         twin.np_random = np.random.default_rng(seed)
         return twin
+
+    def __deepcopy__(self, memo) -> ClassicTextEnv:
+        """``copy.deepcopy``: the snapshot's replay on a fresh wrapped env (a deep copy of the
+        wrapped PettingZoo env itself breaks at the game's end), with this env's random stream
+        copied rather than reseeded."""
+        twin = self.snapshot(seed=0)
+        twin.np_random = copy.deepcopy(self.np_random, memo)
+        return twin
