@@ -40,7 +40,13 @@ def model_action_probs(worker, policy: PolicyRef, template: PromptTemplate, role
 
 def _kuhn_limit(env_kwargs: Mapping[str, Any]) -> str | None:
     hands = env_kwargs.get("num_hands", 1)
-    return None if hands == 1 else f"num_hands {hands} (OpenSpiel's Kuhn Poker is one hand)"
+    if hands != 1:
+        return f"num_hands {hands} (OpenSpiel's Kuhn Poker is one hand)"
+    if env_kwargs.get("list_legal_moves", True) is not True:
+        # the information states' texts are the default env's: a policy would be scored on a
+        # prompt it never sees in play
+        return "list_legal_moves false (the exact computation reads the texts that list them)"
+    return None
 
 
 def _kuhn(action_probs: ActionProbs, env_kwargs: Mapping[str, Any]) -> ExploitabilityResult | None:
