@@ -25,6 +25,11 @@ def debate_worker(verdict="[1]"):
     ("I think [ 1 ] won", {PRO: -1.0, CON: 1.0}),
     ("nobody", {PRO: 0.0, CON: 0.0}),
     ("", {PRO: 0.0, CON: 0.0}),
+    # a reasoning judge: its thoughts name both, its answer one (it was read as a draw)
+    ("<think>Was it [0] or [1]? B had the data.</think>\nVerdict: [1]", {PRO: -1.0, CON: 1.0}),
+    ("<think>first [1]</think> hmm <think>no, [0]</think> [0]", {PRO: 1.0, CON: -1.0}),
+    ("<think>A made [0] a good case, but", {PRO: 0.0, CON: 0.0}),  # still thinking at the budget's end
+    (None, {PRO: 0.0, CON: 0.0}),
 ])
 def test_the_one_debater_named_wins(text, expected):
     assert verdict_rewards(text, Rollout("debate")) == expected

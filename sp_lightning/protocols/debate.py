@@ -27,6 +27,7 @@ from typing import Any
 from sp_lightning.episodes import AlternatingRolesEpisode, ChatState
 from sp_lightning.episodes.chat import signed
 from sp_lightning.judges import Judge
+from sp_lightning.prompts import THINK_CLOSE, THINK_OPEN
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
 from sp_lightning.stores import ArtifactStore
@@ -50,8 +51,16 @@ DEFAULT_TOPICS = (
 
 def verdict_rewards(text: str, rollout: Rollout) -> dict[str, float]:
     """``[0]`` names Debater A, ``[1]`` Debater B (whichever side each was in this debate): the
-    one named wins, +1, the other -1; an answer naming neither or both is a draw. Never raises."""
-    named = {match.group(1) for match in _VERDICT.finditer(text or "")}
+    one named wins, +1, the other -1; an answer naming neither or both is a draw. A reasoning
+    judge's thoughts are not its verdict: only the text after its last ``</think>`` is read (as
+    the reasoning template reads a move), and a judge still thinking at its budget's end names
+    no one. Never raises."""
+    answer = text if isinstance(text, str) else ""
+    if THINK_CLOSE in answer:
+        answer = answer.rsplit(THINK_CLOSE, 1)[1]
+    elif THINK_OPEN in answer:
+        answer = answer.split(THINK_OPEN, 1)[0]
+    named = {match.group(1) for match in _VERDICT.finditer(answer)}
     if len(named) != 1:
         return {PRO: 0.0, CON: 0.0}
     order = rollout.state.data["order"] if rollout.state is not None else (PRO, CON)
