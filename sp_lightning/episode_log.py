@@ -139,5 +139,12 @@ _LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": 
 def _json(value: Any, **kwargs: Any) -> str:
     """``value`` as JSON on one line for every reader: non-ASCII text kept readable, but the
     characters that ``str.splitlines`` (and so a line-by-line reader) takes for line breaks,
-    which a model may write, escaped (JSON escapes ``\\n`` and ``\\r`` itself)."""
-    return json.dumps(value, ensure_ascii=False, **kwargs).translate(_LINE_BREAKS)
+    which a model may write, escaped (JSON escapes ``\\n`` and ``\\r`` itself). A lone surrogate
+    (a remote server's JSON may carry ``\\ud83d``) has no UTF-8 form: such a value is written all
+    escaped (``\\ud83d`` in the file, the same string read back)."""
+    text = json.dumps(value, ensure_ascii=False, **kwargs).translate(_LINE_BREAKS)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, ensure_ascii=True, **kwargs)
+    return text

@@ -64,6 +64,19 @@ def test_a_completion_with_unicode_line_breaks_stays_on_its_line(tmp_path):
     assert "caf\u00e9" in (tmp_path / "log.txt").read_text(encoding="utf-8")  # readable, not escaped
 
 
+def test_a_completion_with_a_lone_surrogate_is_written_escaped_and_reads_back_the_same(tmp_path):
+    """A remote server's JSON may carry a lone surrogate (an emoji cut at max_tokens), which has
+    no UTF-8 form: writing it stopped the run with UnicodeEncodeError; it is escaped now."""
+    from sp_lightning.episode_log import EpisodeLog
+
+    log = EpisodeLog(EpisodeLogSettings(path=str(tmp_path / "log.txt")))
+    text = json.loads('"thinking \\ud83d caf\\u00e9 [4]"')
+    log.write("model_call", completion=text)
+    log.close()
+    events = _events(tmp_path / "log.txt")
+    assert events[1][2]["completion"] == text
+
+
 def test_records_without_a_log_path_is_a_clear_error():
     with pytest.raises(ValueError, match="data.episode_log.records: needs data.episode_log.path"):
         EpisodeLogSettings(records="r.jsonl")
