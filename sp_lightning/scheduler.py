@@ -126,6 +126,9 @@ class EpisodeContext:
     async def run_many(self, episodes: Sequence[Episode], seeds: Sequence[int],
                        trainable: bool = True) -> list[Rollout]:
         """Nested episodes played concurrently; their model calls join the same batches."""
+        if len(seeds) != len(episodes):  # fewer children would start than the scheduler counts: a hang
+            raise ValueError(f"run_many: {len(episodes)} episodes and {len(seeds)} seeds; expected one seed per "
+                             f"episode")
         first, self._children = self._children, self._children + len(episodes)
         ids = [f"{self.episode_id}.{first + i}" for i in range(len(episodes))]
         return await self._run.gather_children(episodes, seeds, ids, self.trainable and trainable)

@@ -115,6 +115,22 @@ class _Chain(Episode):
         return Rollout(episode="chain", seats={"r": LEARNER}, children=children)
 
 
+def test_run_many_with_a_seed_missing_is_an_error_not_a_hang():
+    """Three sub-episodes and two seeds: the scheduler counted three children and started two,
+    and waited for the third for ever."""
+    game = GameSettings(id="tictactoe_v1")
+
+    class ShortOfSeeds(Episode):
+        name, roles, rubric = "short", [], Rubric(outcome=[(lambda rollout: {"r": 0.0}, 1.0)])
+
+        async def rollout(self, ctx):
+            episodes = [game.episode({"player_0": LEARNER, "player_1": LEARNER}) for _ in range(3)]
+            return Rollout(episode="short", seats={"r": LEARNER}, children=await ctx.run_many(episodes, [1, 2]))
+
+    with pytest.raises(ValueError, match="run_many: 3 episodes and 2 seeds; expected one seed per episode"):
+        Arena(ScriptedWorker(), SamplingSettings()).play([ShortOfSeeds()], seeds=[0])
+
+
 def test_level_is_the_depth_in_the_hierarchy():
     arena = Arena(ScriptedWorker(), SamplingSettings())
     (top,) = arena.play([_Chain(3)], seeds=[0])
