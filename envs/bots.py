@@ -46,6 +46,9 @@ class ChaosBot:
     contain a legal move, rarely.
     """
 
+    free_text = True
+    """It answers a turn that lists no legal moves (a chat, a debate); other bots pick among them."""
+
     def __init__(self, seed: int | None = None, legal_prob: float = 0.1) -> None:
         if not 0.0 <= legal_prob <= 1.0:
             raise ValueError(f"legal_prob must be in [0, 1], got {legal_prob!r}")

@@ -116,3 +116,18 @@ def test_fit_batches_hold_one_record_per_argument_and_none_for_the_judge(tmp_pat
         # the batch's records are exactly the debaters' steps, none of them the judge's
         steps = [s for r in batch.rollouts for s in r.steps]
         assert sorted(rec.completion_ids for rec in batch.records) == sorted(s.completion.completion_ids for s in steps)
+
+
+def test_a_bot_that_picks_among_listed_moves_cannot_debate_and_is_refused_when_read():
+    """A debate lists no legal moves: bot:random raised in the middle of the run; a bot that
+    writes free text argues."""
+    with pytest.raises(ValueError, match="data.episodes.opponent: bot:random picks among listed legal moves.*bot:chaos"):
+        Debate(opponent="bot:random")
+    with pytest.raises(ValueError, match="data.episodes.opponent: no bot named 'nobody'"):
+        Debate(opponent="bot:nobody")
+    from envs import make_bots
+
+    source = Debate(opponent="bot:chaos", rounds=1)
+    episodes = [request.episode for request in source.get_batch(random.Random(0), 4)]
+    rollouts = Arena(debate_worker(), SamplingSettings(), bots=make_bots(0)).play(episodes, seeds=list(range(4)))
+    assert all(r.steps and r.seats[CON].name == "chaos" for r in rollouts)

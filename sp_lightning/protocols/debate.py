@@ -31,7 +31,7 @@ from sp_lightning.prompts import THINK_CLOSE, THINK_OPEN
 from sp_lightning.rubric import Rubric
 from sp_lightning.sources import EpisodeRequest, EpisodeSource
 from sp_lightning.stores import ArtifactStore
-from sp_lightning.types import LEARNER, PolicyRef, Rollout, parse_policy
+from sp_lightning.types import LEARNER, PolicyKind, PolicyRef, Rollout, parse_policy
 
 PRO, CON = "pro", "con"
 NAMES = ("Debater A", "Debater B")  # answered as [0] and [1]
@@ -47,6 +47,20 @@ DEFAULT_TOPICS = (
     "Remote work is better than office work.",
     "Zoos should be closed.",
 )
+
+
+def _check_free_text_bot(name: str, key: str) -> None:
+    """A debate lists no legal moves: only a bot that writes free text can argue (a bot that
+    picks among listed moves raised in the middle of the run)."""
+    from envs import BOTS
+
+    free = sorted(f"bot:{n}" for n, cls in BOTS.items() if getattr(cls, "free_text", False))
+    if name not in BOTS:
+        raise ValueError(f"{key}: no bot named {name!r}; a debate takes {', '.join(free)}")
+    if not getattr(BOTS[name], "free_text", False):
+        raise ValueError(f"{key}: bot:{name} picks among listed legal moves, and a debate lists none; expected "
+                         f"learner, base, checkpoint:<id>, remote:<name> or a bot that writes free text "
+                         f"({', '.join(free)})")
 
 
 def verdict_rewards(text: str, rollout: Rollout) -> dict[str, float]:
@@ -135,7 +149,7 @@ class Debate(EpisodeSource):
         judge: Who judges: ``base`` (the base model, adapter off), ``learner``, ``checkpoint:<id>``,
             or ``remote:<name>`` (a model in ``data.remote_models``).
         opponent: Who argues ``con``: ``learner`` (mirror self-play, both sides train), ``base``,
-            ``checkpoint:<id>`` or ``bot:<name>``.
+            ``checkpoint:<id>``, ``remote:<name>`` or a bot that writes free text (``bot:chaos``).
     """
 
     def __init__(self, topics: list[str] | str | None = None, sampling: str = "uniform", rounds: int = 2,
@@ -150,6 +164,8 @@ class Debate(EpisodeSource):
         self.judge = parse_policy(judge)
         self.rubric = debate_rubric(self.judge)  # one for every debate; a bot judge is refused now, not mid-run
         self.opponent = parse_policy(opponent)
+        if self.opponent.kind is PolicyKind.BOT:
+            _check_free_text_bot(self.opponent.name, "data.episodes.opponent")
 
     def get_batch(self, rng: random.Random, size: int) -> list[EpisodeRequest]:
         topics = self.topics.sample(rng, size)
