@@ -298,14 +298,19 @@ def _run_on_new_loop(coroutine):
     the main task, every episode of the batch in it (4 ms a play of 64 tiny-model games). Ctrl-C
     still stops the games (KeyboardInterrupt, raised in the loop)."""
     loop = asyncio.new_event_loop()
+    task = loop.create_task(coroutine)
     try:
-        return loop.run_until_complete(coroutine)
+        return loop.run_until_complete(task)
     finally:
         try:
             _cancel_the_rest(loop)  # an episode that raised leaves the other lanes pending
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
+            if task.done() and not task.cancelled():
+                # its error is the one raised from here: marked as read, or the garbage collector
+                # logs it again with the whole stack (on Ctrl-C, "Task exception was never retrieved")
+                task.exception()
             loop.close()
 
 

@@ -161,3 +161,23 @@ def test_play_works_inside_a_running_event_loop():
 
     (rollout,) = asyncio.run(inside_a_loop())
     assert len(rollout.steps) == 7
+
+
+def test_ctrl_c_during_play_stops_it_with_nothing_logged_after(caplog):
+    """KeyboardInterrupt raised in a game (Ctrl-C reaches the loop's thread) propagates, and the
+    task that held it is read: asyncio logged it again, with the whole stack, when the task was
+    collected ("Task exception was never retrieved")."""
+    import gc
+    import logging
+
+    class CtrlC(Episode):
+        name, roles, rubric = "ctrl_c", [], Rubric(outcome=[(lambda rollout: {"r": 0.0}, 1.0)])
+
+        async def rollout(self, ctx):
+            raise KeyboardInterrupt
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        with pytest.raises(KeyboardInterrupt):
+            Arena(ScriptedWorker(), SamplingSettings()).play([CtrlC(), CtrlC()], seeds=[0, 1])
+        gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
