@@ -87,6 +87,23 @@ def test_games_lost_by_an_opponent_forfeit_can_be_left_out(tiny_policy):
     assert "(left out)" in left_out.summary() and "(left out)" not in counted.summary()
 
 
+def test_with_every_game_left_out_the_figures_are_none_not_zero(tmp_path, capsys):
+    """bot:chaos forfeits every game here: left out, no game remains, and the figures are NaN
+    (null in the JSON) with a line that says why; they read win 0 [0, 1] and payoff +0 [+0, +0]."""
+    import json
+    import math
+
+    output = tmp_path / "none.json"
+    report = evaluate_main(["--config", TICTACTOE, "--games_per_seat", "10", "--player", "bot:random",
+                            "--opponent", "bot:chaos", "--held_out", "false", "--exclude_opponent_forfeits", "true",
+                            "--output", str(output)])["tictactoe_v1"]
+    assert report["games"] == 0 and report["tictactoe_v1/opponent_forfeit_rate"] == 1.0
+    assert all(math.isnan(report[f"tictactoe_v1/{key}"]) for key in ("win_rate", "win_rate_ci_low", "payoff",
+                                                                       "legal_move_rate"))
+    assert json.loads(output.read_text())["tictactoe_v1"]["tictactoe_v1/win_rate"] is None
+    assert "0 games left to score: all 20 played were lost by the opponent's invalid move (left out)" in capsys.readouterr().out
+
+
 def test_crossplay_over_a_league_directory_writes_ratings_and_plots(tmp_path, capsys):
     league = tmp_path / "league"
     adapter_paths = _adapters(league / "adapters", ["ckpt-000010", "ckpt-000020", "ckpt-000030"])

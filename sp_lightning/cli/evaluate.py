@@ -60,7 +60,7 @@ def main(args: list[str]) -> dict:
     out = next(iter(reports.values())) if len(reports) == 1 else reports
     if ours.output:
         with open(ours.output, "w") as f:
-            json.dump(out, f, indent=2)
+            json.dump(_nan_as_null(out), f, indent=2)  # JSON has no NaN: a figure of no game is null
     return out
 
 
@@ -192,6 +192,14 @@ def _plan(ours, engine) -> tuple[list, str]:
         plan += [(held.game, f"held_out/{held.game.name}", engine.served(held.opponent_or(spec)))
                  for held in engine.eval.held_out]
     return plan, opponent
+
+
+def _nan_as_null(value):
+    if isinstance(value, dict):
+        return {k: _nan_as_null(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan_as_null(v) for v in value]
+    return None if isinstance(value, float) and value != value else value
 
 
 def results_table(rows: list, caption: str) -> str:

@@ -10,6 +10,7 @@ The same seed, policies and weights give the same games.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,21 +60,23 @@ class EvalResult:
     """The game's own scores beside the reward (``Rollout.scores``: Diplomacy's centres and
     sum-of-squares score), each as the mean over the games and its 95% bootstrap interval."""
 
+    # With no game left to score (every one an opponent forfeit, left out) the figures are NaN,
+    # not rates of 0 with made-up intervals.
     @property
     def win_rate(self) -> float:
-        return self.wins / max(self.games, 1)
+        return self.wins / self.games if self.games else math.nan
 
     @property
     def draw_rate(self) -> float:
-        return self.draws / max(self.games, 1)
+        return self.draws / self.games if self.games else math.nan
 
     @property
     def loss_rate(self) -> float:
-        return self.losses / max(self.games, 1)
+        return self.losses / self.games if self.games else math.nan
 
     @property
     def win_ci(self) -> tuple[float, float]:
-        return wilson_interval(self.wins, self.games)
+        return wilson_interval(self.wins, self.games) if self.games else (math.nan, math.nan)
 
     @property
     def opponent_forfeit_rate(self) -> float:
@@ -103,6 +106,9 @@ class EvalResult:
         return out
 
     def summary(self) -> str:
+        if not self.games:
+            return (f"0 games left to score: all {self.opponent_forfeits} played were lost by the opponent's "
+                    f"invalid move (left out)")
         lo, hi = self.win_ci
         plo, phi = self.payoff_ci
         left_out = " (left out)" if self.excludes_opponent_forfeits else ""
@@ -315,7 +321,7 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
             seat_mean, (low, high) = bootstrap_mean_interval(values, seed=seed)
             per_seat_payoff[seat] = (seat_mean, low, high)
     legal, moves = sum(g.legal_moves for g in games), sum(g.moves for g in games)
-    mean, ci = bootstrap_mean_interval(payoffs, seed=seed)
+    mean, ci = bootstrap_mean_interval(payoffs, seed=seed) if payoffs else (math.nan, (math.nan, math.nan))
     scores = {}
     for key in dict.fromkeys(key for g in games for key in g.scores):  # the first game's order
         values = [g.scores[key] for g in games if key in g.scores]
@@ -330,7 +336,7 @@ def summarize(games: Sequence[PlayedGame | tuple[str, Rollout]], policy: str, op
         losses=sum(g.result == "loss" for g in games),
         payoff_mean=mean,
         payoff_ci=ci,
-        legal_move_rate=legal / max(moves, 1),
+        legal_move_rate=legal / moves if moves else math.nan,
         per_seat_win_rate={a: sum(w) / max(len(w), 1) for a, w in seat_wins.items()},
         opponent_forfeits=forfeits,
         excludes_opponent_forfeits=exclude_opponent_forfeits,
