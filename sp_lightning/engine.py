@@ -74,8 +74,11 @@ class EvalSettings:
     """Evaluation against a fixed opponent, run as Lightning validation."""
 
     games: int = 200
-    """Games per game id, split evenly over the seats."""
+    """Games per game id, split evenly over the seats (rounded down to a multiple of them, at
+    least one each)."""
     opponent: str = "bot:random"
+    """Who the policy plays: bot:<name>, base, checkpoint:<adapter dir>, learner:<name> or
+    remote:<name of data.remote_models>."""
     temperature: float | None = None
     """Sampling temperature for evaluation; null uses the training sampling's."""
     invalid_move: str | None = "forfeit"
@@ -90,7 +93,8 @@ class EvalSettings:
     (a best-of rule on the win rate against RandomBot alone keeps the checkpoint that loses most
     to the perfect player when they tie)."""
     exploitability: bool = False
-    """Also compute the policy's exploitability, for games that have it (Kuhn Poker)."""
+    """Also compute the policy's exploitability, for games that have it (Kuhn Poker exactly,
+    with OpenSpiel; Tic-Tac-Toe by an exact best response over its boards)."""
     online_games: int = 0
     """Evaluation games against ``opponent`` played inside every training batch, per game (rounded
     down to a multiple of its seats), alongside the training games and with the same weights.
