@@ -247,11 +247,8 @@ class SelfPlayModule(L.LightningModule):
         self._log_rollout(batch.metrics)
         return None
 
-    def _log_update(self, batch, elapsed: float, totals: dict, passes: dict, counts: dict, peak: int | None,
-                    used: tuple[list[float], int]) -> None:
-        """The step's figures; ``used``: the learning rates and the step the update ran with (the
-        optimizer and the schedules have moved on to the next step's since)."""
-        lrs, step = used
+    def _log_update(self, batch, elapsed, totals, passes, counts, peak: int | None, used: tuple[list, int]) -> None:
+        lrs, step = used  # what the update ran with: the optimizer and the schedules are on the next step's now
         trained = sum(passes[r.learner] * (len(r.prompt_ids) + len(r.completion_ids)) for r in batch.records)
         # the whole step: playing the batch (timed by the arena; under asynchronous collection
         # only the wait for it, the rest overlapped the previous update) and learning from it
@@ -296,8 +293,7 @@ class SelfPlayModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         states = distributed.gather(rng_streams.global_states())  # every rank samples from its own
         checkpoint["rng_states"] = states[0] if len(states) == 1 else states
-        # a resumed run stops after as many non-finite steps in a row as the unbroken one would
-        checkpoint["nonfinite"] = {"in_a_row": dict(self.nonfinite_in_a_row), "steps": self.nonfinite_steps}
+        self.updater.save(checkpoint)
         self.reference.save(checkpoint)
         if not self.uses_adapter:
             return
@@ -310,11 +306,7 @@ class SelfPlayModule(L.LightningModule):
         source = f"ckpt_path {self.trainer.ckpt_path}" if self._trainer else "the checkpoint"
         check_fits(checkpoint, self, source)
         self.reference.load(checkpoint, source)
-        nonfinite = checkpoint.get("nonfinite")  # absent from checkpoints made before it was kept
-        if nonfinite is not None:
-            self.nonfinite_in_a_row.update({name: count for name, count in nonfinite["in_a_row"].items()
-                                            if name in self.nonfinite_in_a_row})
-            self.nonfinite_steps = nonfinite["steps"]
+        self.updater.load(checkpoint)
         # applied at on_train_start, after the sanity-check validation a resumed fit runs again
         states = checkpoint.get("rng_states")
         if isinstance(states, list):  # one per data-parallel rank

@@ -70,6 +70,18 @@ class PolicyUpdate:
     def __init__(self, host):
         self.host = host
 
+    def save(self, checkpoint: dict) -> None:
+        """The non-finite steps counted so far (``_skip_nonfinite``) go in the checkpoint: a resumed
+        run stops after as many more in a row as the unbroken one would."""
+        checkpoint["nonfinite"] = {"in_a_row": dict(self.host.nonfinite_in_a_row), "steps": self.host.nonfinite_steps}
+
+    def load(self, checkpoint: dict) -> None:
+        nonfinite = checkpoint.get("nonfinite")  # absent from checkpoints made before they were kept
+        if nonfinite is not None:
+            known = self.host.nonfinite_in_a_row
+            known.update({name: n for name, n in nonfinite["in_a_row"].items() if name in known})
+            self.host.nonfinite_steps = nonfinite["steps"]
+
     def run(self, records: dict[str, list[TrainingRecord]], counts: dict[str, Counts]):
         """``(totals, passes)``: each learner's last completed pass's diagnostics and how many of its
         passes stepped."""
