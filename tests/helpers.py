@@ -14,6 +14,7 @@ forked, each told its rank by the environment, for the strategies without a fork
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -237,11 +238,14 @@ class ScriptedOpenAIServer:
     tokens with logprob -0.5 each, and ``POST /v1/load_lora_adapter`` (and ``unload_``) accepts any adapter: what a
     ``ServerRolloutWorker`` needs to run against it. Every request's body is kept in ``bodies``.
     ``reply(path, body)``, where given, scripts a faulty far end: what it returns (a JSON value,
-    or a str sent as an HTML page) answers every completion request and ``GET .../version``."""
+    or a str sent as an HTML page) answers every completion request and ``GET .../version``.
+    ``trickle`` seconds: a chat answer starts at once and then sends a space every 0.1 s for that
+    long before its body (a proxy keeping the connection alive)."""
 
-    def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0, reply=None):
+    def __init__(self, answer=lambda body: "ok", fail_first=0, status=500, slow_first=0, delay=0.0, reply=None,
+                 trickle=0.0):
         self.answer, self.fail_first, self.status = answer, fail_first, status
-        self.slow_first, self.delay, self.reply = slow_first, delay, reply
+        self.slow_first, self.delay, self.reply, self.trickle = slow_first, delay, reply, trickle
         self.hits = 0
         self.bodies = []
         self.lock = threading.Lock()
@@ -290,6 +294,19 @@ class ScriptedOpenAIServer:
                     self._send(200, {"id": f"c{hit}", "object": "text_completion", "created": 0, "model": body["model"],
                                      "choices": [{"index": 0, "text": "", "finish_reason": "length",
                                                   "token_ids": [5] * n, "logprobs": {"token_logprobs": [-0.5] * n}}]})
+                    return
+                if server.trickle:
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.end_headers()
+                    end = time.monotonic() + server.trickle
+                    with contextlib.suppress(OSError):  # the client may hang up: what it should do
+                        while time.monotonic() < end:
+                            self.wfile.write(b" ")
+                            self.wfile.flush()
+                            time.sleep(0.1)
+                        self.wfile.write(json.dumps({"choices": [{"index": 0, "message": {
+                            "role": "assistant", "content": "late"}}]}).encode())
                     return
                 self._send(200, {"id": f"c{hit}", "object": "chat.completion", "created": 0, "model": body["model"],
                                  "choices": [{"index": 0, "finish_reason": "stop",

@@ -69,6 +69,14 @@ def test_a_slow_answer_times_out_and_is_retried(serve):
     assert server.hits == 2
 
 
+def test_an_answer_that_trickles_in_past_the_timeout_fails_the_call(serve):
+    """A byte every 0.1 s keeps httpx's per-read timeout from firing: the answer (after 20 s)
+    was waited for; now the call fails once ``timeout`` has passed since the answer started."""
+    server = serve(trickle=20.0)
+    with pytest.raises(RemoteModelError, match=re.escape(server.url) + r": no whole answer within timeout 1.0 s"):
+        _ask(RemoteModel(server.url, "m", timeout=1.0, max_retries=0))
+
+
 def test_a_server_that_keeps_failing_gives_an_error_naming_the_url(serve):
     server = serve(fail_first=10**6, status=503)
     with pytest.raises(RemoteModelError, match=re.escape(server.url) + r".*HTTP 503 after 2 retries"):

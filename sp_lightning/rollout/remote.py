@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,9 +44,9 @@ class RemoteModel:
         model: The model name the server knows.
         api_key_env: The environment variable holding the API key; a local server needs none
             (an unset variable sends a placeholder key).
-        timeout: Seconds the server may stay silent (connecting, or between two reads of its
-            answer) before the attempt is abandoned (then retried). An answer that keeps
-            trickling in is waited for: the ``openai`` client's timeout is httpx's, per read.
+        timeout: Seconds before an attempt is abandoned: a silent server (connecting, or before
+            its answer starts) is retried; an answer still arriving this long after it started
+            (a server or proxy trickling bytes) fails the call.
         max_retries: Retries after the first attempt, with exponential backoff.
         max_concurrency: Requests to this server in flight at once.
         temperature: Sampling temperature for this model; null uses the run's sampling.
@@ -96,9 +97,10 @@ class RemoteModel:
 
         temperature = sampling.temperature if self.temperature is None else self.temperature
         try:
-            response = self.client.chat.completions.create(
-                model=self.model, messages=neutralise_remote(messages), temperature=temperature,
-                top_p=sampling.top_p, max_tokens=self.max_tokens or sampling.max_new_tokens)
+            with self.client.chat.completions.with_streaming_response.create(
+                    model=self.model, messages=neutralise_remote(messages), temperature=temperature,
+                    top_p=sampling.top_p, max_tokens=self.max_tokens or sampling.max_new_tokens) as response:
+                body = self._read_within_timeout(response)
         except openai.APIStatusError as error:  # 4xx other than 408/409/429 are not retried
             retried = error.status_code in (408, 409, 429) or error.status_code >= 500
             tries = f"after {self.max_retries} retries" if retried else "(not retried)"
@@ -108,15 +110,34 @@ class RemoteModel:
             raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: no answer after "
                                    f"{self.max_retries} retries ({type(error).__name__}: {error})") from error
         try:  # a proxy's HTML page, a choice without a message: the server's fault, named as such
-            content = response.choices[0].message.content if response.choices else None
-            if response.choices and content is not None and not isinstance(content, str):
+            choices = json.loads(body)["choices"]
+            content = choices[0]["message"]["content"] if choices else None
+            if choices and content is not None and not isinstance(content, str):
                 raise TypeError(f"content is a {type(content).__name__}")
-        except (AttributeError, IndexError, TypeError) as error:
+        except (KeyError, IndexError, TypeError, ValueError) as error:
             raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: not a chat completion "
-                                   f"({type(error).__name__}: {error}); got {str(response)[:200]!r}") from error
-        if not response.choices:
+                                   f"({type(error).__name__}: {error}); got {body[:200]!r}") from error
+        if not choices:
             raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: an answer without choices")
         return content or ""
+
+    def _read_within_timeout(self, response) -> bytes:
+        """The answer's body, read within ``timeout`` seconds of its headers: the client's own
+        timeout bounds only the silence between two reads, and a server (or a proxy keeping the
+        connection alive) that sends a byte a second would hold the call for ever."""
+        deadline, chunks = time.monotonic() + self.timeout, []
+        try:
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: no whole answer "
+                                           f"within timeout {self.timeout} s (it kept sending)")
+        except RemoteModelError:
+            raise
+        except Exception as error:  # the connection dropped or fell silent mid-answer (httpx's errors)
+            raise RemoteModelError(f"remote model {self.model!r} at {self.base_url}: the answer broke off "
+                                   f"({type(error).__name__}: {error})") from error
+        return b"".join(chunks)
 
     def submit(self, request: ModelRequest, sampling: SamplingSettings, versions: dict[str, int]) -> asyncio.Future:
         """Send the request now, on this model's thread pool, and return the future Completion
