@@ -57,25 +57,11 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from sp_lightning.errors import UserError
-from sp_lightning.learners import (
-    adapter_of,
-    learner_adapters,
-    state_targets,
-    trainable_again,
-)
+from sp_lightning.learners import adapter_of, learner_adapters, state_targets, trainable_again
 from sp_lightning.padding import left_pad
 from sp_lightning.rollout.base import (
-    RolloutWorker,
-    SamplingSettings,
-    WeightUpdate,
-    by_sampling,
-    check_adapter_dir,
-    checked_max_prompt_tokens,
-    context_length,
-    prompt_limit,
-    refuse,
-    refuse_too_long,
-    registered_path,
+    RolloutWorker, SamplingSettings, WeightUpdate, by_sampling, check_adapter_dir, checked_max_prompt_tokens,
+    context_length, prompt_limit, refuse, refuse_too_long, registered_path,
 )
 from sp_lightning.rollout.chat import PromptEncoder
 from sp_lightning.rollout.merged_copy import LEARNER_ADAPTER, MergedCopy

@@ -17,9 +17,7 @@ import copy
 
 import torch
 
-from sp_lightning.learners import (
-    DEFAULT_ADAPTER as LEARNER_ADAPTER,  # the one unnamed learner's adapter
-)
+from sp_lightning.learners import DEFAULT_ADAPTER as LEARNER_ADAPTER  # the one unnamed learner's adapter
 
 
 class MergedCopy:
