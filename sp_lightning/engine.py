@@ -43,13 +43,7 @@ from sp_lightning.episode_log import EpisodeLog, EpisodeLogSettings
 from sp_lightning.errors import UserError
 from sp_lightning.evaluation.online import OnlineEvaluation, online_metrics
 from sp_lightning.games import FixedMix, GameSettings, HeldOutGame, OpponentSampler
-from sp_lightning.imitation import (
-    AnticipatoryPlay,
-    Imitation,
-    SeatRewrite,
-    WarmStartSeats,
-    WarmStartSettings,
-)
+from sp_lightning.imitation import AnticipatoryPlay, Imitation, SeatRewrite, WarmStartSeats, WarmStartSettings
 from sp_lightning.league.settings import LeagueSettings
 from sp_lightning.learners import Learners
 from sp_lightning.rng import seeded_rng

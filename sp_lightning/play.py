@@ -96,25 +96,23 @@ class ModelPlayer:
         template = self.game.prompt_template
         request = ModelRequest(self.role, template.messages(observation, self.role), self.policy, legal_actions)
         request.sampling = self.sampling.for_request(request)
-        completion = self.worker.generate([request], request.sampling)[0]
-        return template.parse(completion.text).action_text  # None: an invalid move
+        return template.parse(self._answer(request)).action_text  # None: an invalid move
+
+    def _answer(self, request: ModelRequest) -> str:
+        return self.worker.generate([request], request.sampling)[0].text
 
 
-class RemotePlayer:
+class RemotePlayer(ModelPlayer):
     """A model of ``data.remote_models`` (``remote:<name>``), prompted and read as the arena
-    does it; its answer is text, asked for with the run's evaluation sampling."""
+    does it; its answer is text, asked of its server."""
 
     def __init__(self, remote, game: GameSettings, policy: PolicyRef, sampling: SamplingSettings | SamplingPlan,
                  role: str):
-        self.remote, self.game, self.policy, self.role = remote, game, policy, role
-        self.sampling = SamplingPlan.of(sampling)
+        super().__init__(None, game, policy, sampling, role)
+        self.remote = remote
 
-    def __call__(self, observation: str, legal_actions: list[str]) -> str | None:
-        template = self.game.prompt_template
-        request = ModelRequest(self.role, template.messages(observation, self.role), self.policy,
-                               legal_actions)
-        text = self.remote.complete(request.messages, self.sampling.for_request(request))
-        return template.parse(text).action_text  # None: an invalid move
+    def _answer(self, request: ModelRequest) -> str:
+        return self.remote.complete(request.messages, request.sampling)
 
 
 def announced(player: Callable[[str, list[str]], str | None], agent: str, write: Callable[[str], None]):

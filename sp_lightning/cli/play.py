@@ -20,17 +20,10 @@ from envs import play
 from sp_lightning.cli.common import fail, parse_command
 from sp_lightning.engine import check_remote
 from sp_lightning.errors import UserError
+from sp_lightning.play import HumanPlayer, PlayerQuit, announced, format_result, opponent_players, require_bot
+from sp_lightning.types import PolicyKind, parse_policy
 
 PROG = "sp-lightning play"
-from sp_lightning.play import (
-    HumanPlayer,
-    PlayerQuit,
-    announced,
-    format_result,
-    opponent_players,
-    require_bot,
-)
-from sp_lightning.types import PolicyKind, parse_policy
 
 
 def add_flags(parser) -> None:
