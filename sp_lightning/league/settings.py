@@ -18,6 +18,9 @@ from sp_lightning.league.matchmaking import MatchmakingSettings
 DEFAULT_BASELINES = ["base_model", "random_bot", "chaos_bot"]
 """The default baselines: they play every game."""
 
+DEFAULT_GATEKEEPERS = ("random_bot", "best", "recent")
+"""The evaluator's gatekeepers when the config names none (random_bot only where it is a baseline)."""
+
 _LATER_ID = re.compile(r"[\w.-]+-\d{6}")
 """An agent id training adds later: a checkpoint, a best response, an exploiter's snapshot."""
 
@@ -101,8 +104,24 @@ class EvaluatorSettings:
     @property
     def labels(self) -> list[str]:
         """The gatekeepers asked for: ``gatekeepers``, or the default's (a league resolves its
-        default against its baselines when it is read: ``LeagueSettings``)."""
-        return self.gatekeepers if self.gatekeepers is not None else ["random_bot", "best", "recent"]
+        default against its baselines when it is read: :meth:`check_against`)."""
+        return self.gatekeepers if self.gatekeepers is not None else list(DEFAULT_GATEKEEPERS)
+
+    def check_against(self, baselines: list[str]) -> None:
+        """The gatekeepers of a league of ``baselines``: a null default keeps random_bot only
+        where it is a baseline. A gatekeeper the league can never hold would be left out of every
+        tournament without a word (the evaluator skips ids absent at the time: a checkpoint not
+        yet promoted, one pruned since), so each must be a label, a baseline, or an id of the kind
+        training adds (``ckpt-<step>``, ``br-...-<step>``, ``<exploiter>-<step>``: six digits)."""
+        if self.gatekeepers is None:
+            self.gatekeepers = [g for g in DEFAULT_GATEKEEPERS if g in ("best", "recent") or g in baselines]
+        for name in self.gatekeepers:
+            if name in ("best", "recent") or name in baselines or _LATER_ID.fullmatch(name or ""):
+                continue
+            raise ValueError(
+                f"data.league.evaluator.gatekeepers: {name!r} is no id this league can hold; expected 'best', "
+                f"'recent', a baseline of data.league.baselines ({', '.join(baselines)}) or a checkpoint id "
+                f"such as ckpt-000100")
 
 
 @dataclass
@@ -236,20 +255,4 @@ class LeagueSettings:
         if self.baselines is not None and not self.baselines:
             raise ValueError("data.league.baselines: expected at least one baseline (matchmaking starts against "
                              "them, before any checkpoint exists), or null for the defaults")
-        self._check_gatekeepers()
-
-    def _check_gatekeepers(self) -> None:
-        """A gatekeeper the league can never hold would be left out of every tournament without a
-        word (the evaluator skips ids absent at the time: a checkpoint not yet promoted, one
-        pruned since), so each must be a label, a baseline of this league, or an id of the kind
-        training adds (``ckpt-<step>``, ``br-...-<step>``, ``<exploiter>-<step>``: six digits)."""
-        baselines = self.baselines if self.baselines is not None else DEFAULT_BASELINES
-        if self.evaluator.gatekeepers is None:
-            self.evaluator.gatekeepers = [b for b in ("random_bot",) if b in baselines] + ["best", "recent"]
-        for name in self.evaluator.gatekeepers:
-            if name in ("best", "recent") or name in baselines or _LATER_ID.fullmatch(name or ""):
-                continue
-            raise ValueError(
-                f"data.league.evaluator.gatekeepers: {name!r} is no id this league can hold; expected 'best', "
-                f"'recent', a baseline of data.league.baselines ({', '.join(baselines)}) or a checkpoint id "
-                f"such as ckpt-000100")
+        self.evaluator.check_against(self.baselines if self.baselines is not None else DEFAULT_BASELINES)

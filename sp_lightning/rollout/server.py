@@ -413,9 +413,9 @@ class ServerRolloutWorker(RolloutWorker):
                                         f"({type(error).__name__}: {error})") from error
         try:  # what a server sends is checked before it can reach the trainer's embedding
             return self._read_completion(url, answer, sampling)
+        except ServerError:
+            raise
         except (AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
-            if isinstance(error, ServerError):
-                raise
             raise ServerError(f"server {url}: not a completion with token ids and logprobs ({type(error).__name__}: "
                               f"{error}); got {str(answer)[:200]!r}") from error
 
