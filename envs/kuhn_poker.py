@@ -136,6 +136,12 @@ class KuhnPokerRules:
             raise ValueError(f"illegal move {move!r}: the match is over")
         self.hands[self.hand_index].apply(move)
 
+    def deal_later_hands(self, deals: Sequence[Sequence[int]]) -> None:
+        """The hands after the current one dealt ``deals`` instead (a snapshot's own chance)."""
+        start = self.hand_index + 1
+        for h, deal in enumerate(deals, start):
+            self.hands[h] = KuhnHand(cards=(int(deal[0]), int(deal[1])), first=h % 2)
+
     def returns(self) -> list[float]:
         totals = [0.0, 0.0]
         for hand in self.hands:
@@ -204,9 +210,8 @@ class KuhnPokerEnv(TextGameEnv):
         ``seed``: every hand's cards are drawn at reset, so a copy would otherwise replay the
         original's future deals (known to a continuation)."""
         twin = super().snapshot(seed)
-        game = twin.game
-        for h in range(game.hand_index + 1, len(game.hands)):
-            game.hands[h] = KuhnHand(cards=tuple(int(c) for c in twin.np_random.permutation(3)[:2]), first=h % 2)
+        later = len(twin.game.hands) - twin.game.hand_index - 1
+        twin.game.deal_later_hands([twin.np_random.permutation(3)[:2] for _ in range(max(later, 0))])
         return twin
 
     def _view(self, seat: int) -> str:

@@ -340,6 +340,10 @@ class TextArenaRules:
             state.set_invalid_move = _RejectionRecorder(self, state.set_invalid_move)
             self._collect()
 
+    def reseed(self, seed: int) -> None:
+        """The game's own ``random`` state from ``seed`` on (a snapshot's own chance)."""
+        self._random_state = random.Random(seed).getstate()
+
     @contextlib.contextmanager
     def _own_random(self) -> Iterator[None]:
         outside = random.getstate()
@@ -531,7 +535,7 @@ class TextArenaEnv(TextGameEnv):
         TextArena game draws its dice and deals from, swapped in around each call) reseeded from
         ``seed``: a copy would otherwise replay the original's future rolls."""
         twin = super().snapshot(seed)
-        twin.game._random_state = random.Random(seed).getstate()
+        twin.game.reseed(seed)
         return twin
 
     def _view(self, seat: int) -> str:
